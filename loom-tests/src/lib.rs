@@ -1,0 +1,1 @@
+//! Empty unless built with `--cfg loom`: the models live in `tests/`.

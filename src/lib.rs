@@ -1,0 +1,24 @@
+//! fenceline: a lock-free scheduler that runs work on queues (a CPU task
+//! executor, CUDA streams) gated by timeline semaphores, with zero heap
+//! allocations per submission in steady state.
+//!
+//! This release holds the foundation the scheduler stands on:
+//!
+//! - [`pool`]: a lock-free, ABA-safe [`BlockPool`](pool::BlockPool) of
+//!   fixed-size blocks and a bump [`Arena`](pool::Arena) over its blocks;
+//! - [`list`]: intrusive lists on raw pointers, including the
+//!   [`TransferStack`](list::TransferStack) that replaces a queue mutex;
+//! - [`Error`] and [`ErrorKind`].
+//!
+//! Every concurrent piece is written against `sync` (std or loom by
+//! `cfg(loom)`) and model-checked in `loom-tests/`.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod error;
+pub mod list;
+pub mod pool;
+mod sync;
+
+pub use error::{Error, ErrorKind};

@@ -1,0 +1,147 @@
+//! `TransferStack`: multi-producer push, single-swap take-all.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+
+use crossbeam_utils::CachePadded;
+
+use super::links::{next, set_next, Linked, SingleLinks};
+use super::slist::SList;
+use crate::sync::atomic::{AtomicPtr, Ordering};
+
+/// Lock-free hand-off of intrusive nodes from many threads to one consumer.
+///
+/// Producers [`push`](Self::push) with a CAS loop; the consumer takes every
+/// node at once with [`take_all`](Self::take_all), a single `swap(null)`,
+/// and gets them back in push order. Because nodes are only ever removed all
+/// together, no thread ever reads the `next` of a node another thread may be
+/// removing, so there is no ABA problem (the one a Treiber stack's `pop`
+/// has).
+///
+/// Ownership: `push` hands the node to the stack; `take_all` hands it to the
+/// taker. Any number of threads may call `take_all` concurrently: each node
+/// goes to exactly one of them.
+///
+/// Ordering: the successful push CAS is `Release` and the take's swap is
+/// `Acquire`; pushes are read-modify-writes, so one take synchronizes with
+/// every push whose node it receives (release sequence), and everything a
+/// producer wrote to its node before pushing is visible to the taker.
+pub struct TransferStack<T: Linked<SingleLinks<T>>> {
+    head: CachePadded<AtomicPtr<T>>,
+    _marker: PhantomData<NonNull<T>>,
+}
+
+// SAFETY: nodes move from producers to the consumer; they must be `Send`.
+unsafe impl<T: Linked<SingleLinks<T>> + Send> Send for TransferStack<T> {}
+// SAFETY: all shared access is through the atomic head (see type docs).
+unsafe impl<T: Linked<SingleLinks<T>> + Send> Sync for TransferStack<T> {}
+
+impl<T: Linked<SingleLinks<T>>> Default for TransferStack<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Linked<SingleLinks<T>>> fmt::Debug for TransferStack<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TransferStack")
+            .field("empty", &self.is_empty())
+            .finish()
+    }
+}
+
+impl<T: Linked<SingleLinks<T>>> TransferStack<T> {
+    /// An empty stack.
+    pub fn new() -> Self {
+        TransferStack {
+            head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
+            _marker: PhantomData,
+        }
+    }
+
+    /// Whether the stack looked empty at the time of the load (a hint: it
+    /// may change right after).
+    pub fn is_empty(&self) -> bool {
+        self.head.load(Ordering::Relaxed).is_null()
+    }
+
+    /// Pushes `node`. Returns `true` if the stack was empty before (the
+    /// consumer may need a wake-up).
+    ///
+    /// # Safety
+    /// `node` is valid, in no list through these links, and stays valid and
+    /// unmoved until taken (module contract).
+    pub unsafe fn push(&self, node: NonNull<T>) -> bool {
+        // SAFETY: forwarded contract: a one-node chain.
+        unsafe { self.push_chain(node, node) }
+    }
+
+    /// Pushes every node of `list`, as if pushed one by one in list order
+    /// (so `take_all` returns them after earlier pushes, in list order), with
+    /// one CAS. O(len) to prepare (the chain is reversed first), O(1) shared.
+    /// Returns `true` if the stack was empty before.
+    pub fn push_list(&self, mut list: SList<T>) -> bool {
+        list.reverse();
+        match list.into_raw_parts() {
+            // SAFETY: the list owned the chain `head ..= tail`, linked through
+            // `next`, under the module contract, which now moves to the stack.
+            Some((head, tail, _)) => unsafe { self.push_chain(head, tail) },
+            None => false,
+        }
+    }
+
+    /// # Safety
+    /// `first ..= last` is a chain linked through `next` of nodes we own.
+    unsafe fn push_chain(&self, first: NonNull<T>, last: NonNull<T>) -> bool {
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: we still own `last` until the CAS below succeeds.
+            unsafe { set_next(last, NonNull::new(head)) };
+            // Release: publishes the links and the node's contents to the
+            // taker's Acquire swap.
+            match self.head.compare_exchange_weak(
+                head,
+                first.as_ptr(),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return head.is_null(),
+                Err(now) => head = now,
+            }
+        }
+    }
+
+    /// Takes every node pushed so far, in push order (FIFO).
+    pub fn take_all(&self) -> SList<T> {
+        // Relaxed pre-check: skip the RMW (and its cache-line steal) when
+        // there is nothing to take.
+        if self.head.load(Ordering::Relaxed).is_null() {
+            return SList::new();
+        }
+        // Acquire: pairs with the Release of every push in this chain.
+        let Some(top) = NonNull::new(self.head.swap(ptr::null_mut(), Ordering::Acquire)) else {
+            return SList::new();
+        };
+        // The chain runs newest to oldest; reverse it into FIFO order.
+        let mut reversed: Option<NonNull<T>> = None;
+        let mut cur = Some(top);
+        let mut len = 0;
+        while let Some(node) = cur {
+            // SAFETY: the swap gave us the whole chain; every node in it is
+            // valid (producers' contract) and now exclusively ours.
+            unsafe {
+                cur = next(node);
+                set_next(node, reversed);
+            }
+            reversed = Some(node);
+            len += 1;
+        }
+        let Some(oldest) = reversed else {
+            unreachable!("the chain has at least `top`");
+        };
+        // SAFETY: `oldest ..= top` is now a FIFO chain of `len` nodes ending
+        // at the newest node `top`, whose `next` was set to `None` first.
+        unsafe { SList::from_raw_parts(oldest, top, len) }
+    }
+}

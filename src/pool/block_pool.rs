@@ -1,0 +1,918 @@
+//! `BlockPool`: fixed-size, aligned memory blocks behind a lock-free,
+//! ABA-safe free list.
+//!
+//! # How it works
+//!
+//! Blocks live in *chunks* that the pool grows geometrically: chunk `k` holds
+//! `first_chunk_blocks << k` blocks (the last one possibly cut short by the
+//! cap), so a block's global index maps to its chunk with one leading-zero
+//! count, and 32 chunk slots cover every `u32` index. A chunk is never freed
+//! while the pool is shared (only [`BlockPool::trim`] and `Drop`, which take
+//! `&mut self`, free chunks), so any index ever seen stays addressable.
+//!
+//! The free list is a Treiber stack of block *indices*. Its head is one
+//! `AtomicU64` packing `(index: u32, generation: u32)`; every successful CAS
+//! bumps the generation, so a pop whose `(index, next)` snapshot went stale
+//! (the index popped and pushed back in between — the ABA case) fails its
+//! CAS instead of installing a dangling `next`. The link of each free block is
+//! an `AtomicU32` kept *beside* the block memory, not inside it: a pop may read
+//! the link of a block another thread has just taken, and that read must not
+//! race with the new owner's writes to the block (with links inside the block
+//! it would be a data race, which is undefined behaviour even if the CAS then
+//! fails). A stale link read is harmless because the generation check rejects
+//! it. The generation wraps after 2^32 successful operations; an ABA failure
+//! needs one thread to stall across exactly a multiple of 2^32 pool operations
+//! between its load and its CAS, which we accept (as IREE's
+//! `iree_atomic_freelist` does with 16 bits).
+//!
+//! Growth is the only allocating path: when the list is empty, `acquire`
+//! allocates the next chunk, installs it with a CAS on its slot (a racing
+//! grower that loses frees its chunk and retries the pop), keeps one block and
+//! pushes the rest in one CAS. Past the optional cap, `acquire` returns
+//! [`ErrorKind::ResourceExhausted`].
+
+use std::alloc::Layout;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+
+use crossbeam_utils::CachePadded;
+
+use crate::error::{Error, ErrorKind};
+use crate::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+/// Sentinel index: "no block" (end of the free list).
+const NIL: u32 = u32::MAX;
+/// Chunk slots; with chunk `k` holding `first << k` blocks, 32 slots address
+/// more than `u32::MAX` blocks for any `first >= 1`.
+const MAX_CHUNKS: usize = 32;
+/// The largest cap: every index below it is a valid `u32` distinct from `NIL`.
+const MAX_BLOCKS: u32 = NIL - 1;
+
+#[inline]
+fn pack(index: u32, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | u64::from(index)
+}
+
+#[inline]
+fn unpack(head: u64) -> (u32, u32) {
+    (head as u32, (head >> 32) as u32)
+}
+
+/// How a [`BlockPool`] is shaped. `Default` gives 4 KiB blocks aligned to 64
+/// bytes, first chunk of 8 blocks, no cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockPoolConfig {
+    /// Usable bytes per block (rounded up to a multiple of `align`). Must be > 0.
+    pub block_size: usize,
+    /// Alignment of every block; a power of two.
+    pub align: usize,
+    /// Blocks in the first chunk; later chunks double. Rounded up to a power
+    /// of two; at least 1.
+    pub first_chunk_blocks: u32,
+    /// Most blocks the pool may ever hold; `acquire` past it returns
+    /// `ResourceExhausted`. `None`: limited only by memory (and `u32::MAX - 1`).
+    pub max_blocks: Option<u32>,
+}
+
+impl Default for BlockPoolConfig {
+    fn default() -> Self {
+        BlockPoolConfig {
+            block_size: 4096,
+            align: 64,
+            first_chunk_blocks: 8,
+            max_blocks: None,
+        }
+    }
+}
+
+/// One allocation of `len` consecutive blocks and their free-list links.
+struct Chunk {
+    memory: NonNull<u8>,
+    layout: Layout,
+    /// `next[i]`: index of the block after block `base + i` on the free list.
+    next: Box<[AtomicU32]>,
+}
+
+/// A pool of fixed-size, aligned blocks with a lock-free free list.
+///
+/// `acquire` and `release` are one CAS each and allocate nothing once the
+/// pool has grown to its working size; see the module docs for the scheme.
+///
+/// ```
+/// use fenceline::pool::BlockPool;
+/// let pool = BlockPool::new(256, 64)?;
+/// let block = pool.acquire()?;
+/// assert_eq!(block.as_ptr().as_ptr() as usize % 64, 0);
+/// assert_eq!(block.size(), 256);
+/// drop(block); // back on the free list
+/// # Ok::<(), fenceline::Error>(())
+/// ```
+pub struct BlockPool {
+    /// Free-list head: `(index, generation)` packed, see `pack`.
+    head: CachePadded<AtomicU64>,
+    chunks: [AtomicPtr<Chunk>; MAX_CHUNKS],
+    block_size: usize,
+    align: usize,
+    first_chunk_blocks: u32,
+    max_blocks: u32,
+}
+
+// SAFETY: the pool owns its chunks (raw pointers it allocated); all shared
+// state is atomic, and block memory is handed to exactly one owner at a time.
+unsafe impl Send for BlockPool {}
+// SAFETY: as above; every `&self` method synchronizes through atomics.
+unsafe impl Sync for BlockPool {}
+
+impl fmt::Debug for BlockPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockPool")
+            .field("block_size", &self.block_size)
+            .field("align", &self.align)
+            .field("capacity", &self.capacity())
+            .field("max_blocks", &self.max_blocks)
+            .finish()
+    }
+}
+
+impl BlockPool {
+    /// A pool of `block_size`-byte blocks aligned to `align`, with no cap.
+    ///
+    /// Errors: `InvalidArgument` if `block_size` is 0 or `align` is not a
+    /// power of two.
+    pub fn new(block_size: usize, align: usize) -> Result<BlockPool, Error> {
+        BlockPool::with_config(BlockPoolConfig {
+            block_size,
+            align,
+            ..BlockPoolConfig::default()
+        })
+    }
+
+    /// A pool shaped by `config`. Nothing is allocated until the first
+    /// `acquire` or `preallocate`.
+    pub fn with_config(config: BlockPoolConfig) -> Result<BlockPool, Error> {
+        if config.block_size == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "block pool block_size 0: must be > 0",
+            ));
+        }
+        if !config.align.is_power_of_two() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("block pool align {}: must be a power of two", config.align),
+            ));
+        }
+        let block_size = config
+            .block_size
+            .checked_next_multiple_of(config.align)
+            .filter(|&s| Layout::from_size_align(s, config.align).is_ok())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "block pool block_size {} with align {}: too large",
+                        config.block_size, config.align
+                    ),
+                )
+            })?;
+        let first = config
+            .first_chunk_blocks
+            .max(1)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << 31);
+        let max_blocks = config.max_blocks.unwrap_or(MAX_BLOCKS).min(MAX_BLOCKS);
+        Ok(BlockPool {
+            head: CachePadded::new(AtomicU64::new(pack(NIL, 0))),
+            chunks: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+            block_size,
+            align: config.align,
+            first_chunk_blocks: first,
+            max_blocks,
+        })
+    }
+
+    /// Usable bytes per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Alignment of every block.
+    pub fn block_align(&self) -> usize {
+        self.align
+    }
+
+    /// The cap on the number of blocks.
+    pub fn max_blocks(&self) -> u32 {
+        self.max_blocks
+    }
+
+    /// Blocks the pool holds now, free or in use.
+    pub fn capacity(&self) -> usize {
+        (0..MAX_CHUNKS)
+            .filter(|&k| !self.chunks[k].load(Ordering::Acquire).is_null())
+            .map(|k| self.chunk_len(k) as usize)
+            .sum()
+    }
+
+    // ---------------------------------------------------------------------
+    // Index arithmetic
+    // ---------------------------------------------------------------------
+
+    /// First global index of chunk `k` (may exceed `u32` for large `k`).
+    #[inline]
+    fn chunk_base(&self, k: usize) -> u64 {
+        u64::from(self.first_chunk_blocks) * ((1u64 << k) - 1)
+    }
+
+    /// Blocks in chunk `k`: `first << k`, cut short by the cap.
+    #[inline]
+    fn chunk_len(&self, k: usize) -> u32 {
+        let full = u64::from(self.first_chunk_blocks) << k;
+        let room = u64::from(self.max_blocks).saturating_sub(self.chunk_base(k));
+        full.min(room) as u32
+    }
+
+    /// `(chunk, offset in chunk)` of a global block index.
+    #[inline]
+    fn locate(&self, index: u32) -> (usize, usize) {
+        let q = (u64::from(index) >> self.first_chunk_blocks.trailing_zeros()) + 1;
+        let k = (63 - q.leading_zeros()) as usize;
+        (k, (u64::from(index) - self.chunk_base(k)) as usize)
+    }
+
+    /// The installed chunk holding `index`.
+    ///
+    /// # Safety
+    /// `index` was handed out by this pool (it is on the free list or held by
+    /// a caller), so its chunk is installed and, the pool being borrowed, not
+    /// freed.
+    #[inline]
+    unsafe fn chunk_of(&self, index: u32) -> (&Chunk, usize) {
+        let (k, offset) = self.locate(index);
+        // Acquire pairs with the AcqRel install in `install_chunk`; the index
+        // reached us through a chain of release/acquire on `head` (or from
+        // the installer itself), so the slot is non-null.
+        let chunk = self.chunks[k].load(Ordering::Acquire);
+        debug_assert!(!chunk.is_null(), "block index {index} has no chunk");
+        // SAFETY: installed chunks stay alive until `&mut self` frees them.
+        (unsafe { &*chunk }, offset)
+    }
+
+    /// # Safety
+    /// As for `chunk_of`.
+    #[inline]
+    unsafe fn next_of(&self, index: u32) -> &AtomicU32 {
+        // SAFETY: forwarded contract.
+        let (chunk, offset) = unsafe { self.chunk_of(index) };
+        &chunk.next[offset]
+    }
+
+    /// # Safety
+    /// As for `chunk_of`.
+    #[inline]
+    unsafe fn block_ptr(&self, index: u32) -> NonNull<u8> {
+        // SAFETY: forwarded contract.
+        let (chunk, offset) = unsafe { self.chunk_of(index) };
+        // SAFETY: offset < chunk length, so the block lies inside the chunk's
+        // allocation of `len * block_size` bytes.
+        unsafe { chunk.memory.add(offset * self.block_size) }
+    }
+
+    // ---------------------------------------------------------------------
+    // Free list
+    // ---------------------------------------------------------------------
+
+    /// Pushes the chain `first ..= last`, already linked through `next`,
+    /// in one CAS.
+    ///
+    /// # Safety
+    /// Every block of the chain belongs to this pool and has no other owner.
+    unsafe fn push_chain(&self, first: u32, last: u32) {
+        // SAFETY: `last` belongs to this pool.
+        let last_next = unsafe { self.next_of(last) };
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            let (top, generation) = unpack(head);
+            last_next.store(top, Ordering::Relaxed);
+            // Release: the link above and every write the releasing owner made
+            // to the blocks happen-before the acquire of whoever pops them.
+            match self.head.compare_exchange_weak(
+                head,
+                pack(first, generation.wrapping_add(1)),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(now) => head = now,
+            }
+        }
+    }
+
+    /// Pops one index, or `None` when the list is empty.
+    fn pop(&self) -> Option<u32> {
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            let (top, generation) = unpack(head);
+            if top == NIL {
+                return None;
+            }
+            // SAFETY: `top` was on the free list of this pool, so it is one of
+            // its indices. The link may be stale if `top` was popped since our
+            // load; then the generation has moved and the CAS below fails.
+            let next = unsafe { self.next_of(top) }.load(Ordering::Relaxed);
+            // Acquire on success pairs with the Release push of `top`; on
+            // failure we re-read a head whose chunk we must also see.
+            match self.head.compare_exchange_weak(
+                head,
+                pack(next, generation.wrapping_add(1)),
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(top),
+                Err(now) => head = now,
+            }
+        }
+    }
+
+    /// Allocates chunk `k` and installs it. `Ok(None)`: another thread
+    /// installed it first (ours was freed); the caller retries the pop.
+    fn install_chunk(&self, k: usize) -> Result<Option<(u32, u32)>, Error> {
+        let base = self.chunk_base(k);
+        if base >= u64::from(self.max_blocks) {
+            return Err(Error::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "block pool at its cap of {} blocks of {} bytes",
+                    self.max_blocks, self.block_size
+                ),
+            ));
+        }
+        let len = self.chunk_len(k);
+        let layout = self
+            .block_size
+            .checked_mul(len as usize)
+            .and_then(|bytes| Layout::from_size_align(bytes, self.align).ok())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::ResourceExhausted,
+                    format!("block pool chunk of {len} blocks overflows the address space"),
+                )
+            })?;
+        // SAFETY: the layout has a non-zero size (block_size > 0, len > 0).
+        let memory = NonNull::new(unsafe { std::alloc::alloc(layout) }).ok_or_else(|| {
+            Error::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "out of memory growing block pool by {} bytes",
+                    layout.size()
+                ),
+            )
+        })?;
+        let next = (0..len).map(|_| AtomicU32::new(NIL)).collect();
+        let chunk = Box::into_raw(Box::new(Chunk {
+            memory,
+            layout,
+            next,
+        }));
+        // AcqRel: publish the chunk (Release) before any of its indices can be
+        // seen; Acquire on failure is not needed for anything but symmetry.
+        match self.chunks[k].compare_exchange(
+            ptr::null_mut(),
+            chunk,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Ok(Some((base as u32, len))),
+            Err(_) => {
+                // SAFETY: we created `chunk` above and never published it.
+                unsafe { Chunk::free(chunk) };
+                Ok(None)
+            }
+        }
+    }
+
+    /// Installs the first empty chunk slot. See `install_chunk`.
+    fn grow(&self) -> Result<Option<(u32, u32)>, Error> {
+        let k = (0..MAX_CHUNKS)
+            .find(|&k| self.chunks[k].load(Ordering::Acquire).is_null())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::ResourceExhausted,
+                    format!("block pool has all {MAX_CHUNKS} chunks"),
+                )
+            })?;
+        self.install_chunk(k)
+    }
+
+    /// Links `first .. first + count` through `next` and pushes them.
+    ///
+    /// # Safety
+    /// The blocks belong to this pool, were just installed and have no owner.
+    unsafe fn push_range(&self, first: u32, count: u32) {
+        if count == 0 {
+            return;
+        }
+        for i in first..first + count - 1 {
+            // SAFETY: `i` is in a chunk this thread installed.
+            unsafe { self.next_of(i) }.store(i + 1, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.push_chain(first, first + count - 1) };
+    }
+
+    // ---------------------------------------------------------------------
+    // Public operations
+    // ---------------------------------------------------------------------
+
+    /// Takes a free block, growing the pool if none is free.
+    ///
+    /// Errors: `ResourceExhausted` when the pool is at its cap (or memory
+    /// ran out). Never panics.
+    pub fn acquire(&self) -> Result<Block<'_>, Error> {
+        let raw = self.acquire_raw()?;
+        Ok(Block {
+            pool: self,
+            raw,
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// [`acquire`](Self::acquire) without the guard: the caller releases the
+    /// block with [`release_raw`](Self::release_raw).
+    pub fn acquire_raw(&self) -> Result<RawBlock, Error> {
+        loop {
+            if let Some(index) = self.pop() {
+                // SAFETY: `index` came off this pool's free list.
+                let ptr = unsafe { self.block_ptr(index) };
+                return Ok(RawBlock { ptr, index });
+            }
+            if let Some((base, len)) = self.grow()? {
+                // Keep `base`, free the rest of the new chunk in one push.
+                // SAFETY: the chunk was just installed by us; no one else has
+                // seen its indices.
+                unsafe { self.push_range(base + 1, len - 1) };
+                // SAFETY: `base` is in the chunk just installed.
+                let ptr = unsafe { self.block_ptr(base) };
+                return Ok(RawBlock { ptr, index: base });
+            }
+        }
+    }
+
+    /// Returns a block to the pool (the same as dropping it).
+    ///
+    /// # Panics
+    /// If `block` came from another pool: releasing it here would hand the
+    /// same memory to two owners.
+    pub fn release(&self, block: Block<'_>) {
+        assert!(
+            ptr::eq(block.pool, self),
+            "BlockPool::release: block {} belongs to another pool",
+            block.raw.index
+        );
+        drop(block);
+    }
+
+    /// Returns a raw block to the pool.
+    ///
+    /// # Safety
+    /// `block` was acquired from this pool (by `acquire_raw` or
+    /// `Block::into_raw`) and is released once; the caller no longer uses
+    /// its memory.
+    pub unsafe fn release_raw(&self, block: RawBlock) {
+        // SAFETY: forwarded contract: `block` is this pool's and now unowned.
+        unsafe { self.push_chain(block.index, block.index) };
+    }
+
+    /// Returns many raw blocks with a single CAS on the free list (an arena's
+    /// `reset`).
+    ///
+    /// # Safety
+    /// As for [`release_raw`](Self::release_raw), for every block.
+    pub unsafe fn release_raw_all(&self, blocks: impl IntoIterator<Item = RawBlock>) {
+        let mut first = NIL;
+        let mut last = NIL;
+        for block in blocks {
+            if first == NIL {
+                first = block.index;
+            } else {
+                // SAFETY: `last` is one of this pool's blocks, owned by us.
+                unsafe { self.next_of(last) }.store(block.index, Ordering::Relaxed);
+            }
+            last = block.index;
+        }
+        if first != NIL {
+            // SAFETY: the chain holds only blocks of this pool we own.
+            unsafe { self.push_chain(first, last) };
+        }
+    }
+
+    /// Grows the pool until it holds at least `count` blocks; the new blocks
+    /// go on the free list, so later acquires up to that count do not
+    /// allocate.
+    ///
+    /// Errors: `ResourceExhausted` if `count` is above the cap (nothing is
+    /// allocated then) or memory ran out.
+    pub fn preallocate(&self, count: usize) -> Result<(), Error> {
+        if count > self.max_blocks as usize {
+            return Err(Error::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "block pool preallocate({count}): above its cap of {} blocks",
+                    self.max_blocks
+                ),
+            ));
+        }
+        while self.capacity() < count {
+            if let Some((base, len)) = self.grow()? {
+                // SAFETY: the chunk was just installed by us.
+                unsafe { self.push_range(base, len) };
+            }
+        }
+        Ok(())
+    }
+
+    /// Walks the free list. Needs `&mut self`: exact only with no other user.
+    fn free_indices(&mut self) -> Vec<u32> {
+        let mut out = Vec::new();
+        let (mut index, _) = unpack(self.head.load(Ordering::Relaxed));
+        while index != NIL {
+            out.push(index);
+            // SAFETY: indices on the free list belong to installed chunks.
+            index = unsafe { self.next_of(index) }.load(Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// Blocks on the free list now. Takes `&mut self` because the count is
+    /// only meaningful with no other user (e.g. after joining all threads).
+    pub fn count_free(&mut self) -> usize {
+        self.free_indices().len()
+    }
+
+    /// Frees every chunk whose blocks are all free and returns how many
+    /// blocks that released. Blocks still in use keep their chunk alive.
+    /// Takes `&mut self`: trimming while another thread pops could free a
+    /// block under it (IREE's trim has the same rule, unenforced).
+    pub fn trim(&mut self) -> usize {
+        let free = self.free_indices();
+        let mut free_per_chunk = [0u32; MAX_CHUNKS];
+        for &index in &free {
+            free_per_chunk[self.locate(index).0] += 1;
+        }
+        let doomed: [bool; MAX_CHUNKS] = std::array::from_fn(|k| {
+            !self.chunks[k].load(Ordering::Relaxed).is_null()
+                && free_per_chunk[k] == self.chunk_len(k)
+        });
+        // Relink the survivors, preserving their order.
+        let kept: Vec<u32> = free
+            .into_iter()
+            .filter(|&i| !doomed[self.locate(i).0])
+            .collect();
+        let mut head = NIL;
+        for &index in kept.iter().rev() {
+            // SAFETY: `index` is a free block of a chunk we keep.
+            unsafe { self.next_of(index) }.store(head, Ordering::Relaxed);
+            head = index;
+        }
+        let (_, generation) = unpack(self.head.load(Ordering::Relaxed));
+        self.head
+            .store(pack(head, generation.wrapping_add(1)), Ordering::Relaxed);
+        let mut released = 0;
+        for (k, &doom) in doomed.iter().enumerate() {
+            if doom {
+                released += self.chunk_len(k) as usize;
+                let chunk = self.chunks[k].swap(ptr::null_mut(), Ordering::Relaxed);
+                // SAFETY: every block of the chunk is free and unlinked, and
+                // `&mut self` means no thread can be reading it.
+                unsafe { Chunk::free(chunk) };
+            }
+        }
+        released
+    }
+}
+
+impl Drop for BlockPool {
+    fn drop(&mut self) {
+        for slot in &self.chunks {
+            let chunk = slot.swap(ptr::null_mut(), Ordering::Relaxed);
+            if !chunk.is_null() {
+                // SAFETY: no `Block` can outlive the pool (it borrows it), and
+                // `RawBlock` holders promised to release before the drop.
+                unsafe { Chunk::free(chunk) };
+            }
+        }
+    }
+}
+
+impl Chunk {
+    /// # Safety
+    /// `chunk` came from `Box::into_raw` in `install_chunk` and nobody uses
+    /// it any more.
+    unsafe fn free(chunk: *mut Chunk) {
+        // SAFETY: forwarded contract.
+        let chunk = unsafe { Box::from_raw(chunk) };
+        // SAFETY: `memory` was allocated with exactly this layout.
+        unsafe { std::alloc::dealloc(chunk.memory.as_ptr(), chunk.layout) };
+    }
+}
+
+// -------------------------------------------------------------------------
+// Block handles
+// -------------------------------------------------------------------------
+
+/// A block taken from a [`BlockPool`], exclusively owned; returned to its
+/// pool when dropped. Its memory is uninitialized when acquired.
+pub struct Block<'pool> {
+    pool: &'pool BlockPool,
+    raw: RawBlock,
+    /// `Send` but not `Sync`: the guard hands out a mutable pointer.
+    _not_sync: PhantomData<std::cell::Cell<()>>,
+}
+
+// SAFETY: the block is exclusively owned, and releasing it from any thread is
+// fine because the pool is `Sync`.
+unsafe impl Send for Block<'_> {}
+
+impl<'pool> Block<'pool> {
+    /// Start of the block's memory, aligned to the pool's alignment.
+    pub fn as_ptr(&self) -> NonNull<u8> {
+        self.raw.ptr
+    }
+
+    /// Usable bytes in the block.
+    pub fn size(&self) -> usize {
+        self.pool.block_size
+    }
+
+    /// The block's index in its pool (stable for the pool's lifetime).
+    pub fn index(&self) -> u32 {
+        self.raw.index
+    }
+
+    /// Gives up the guard; the caller must hand the result to
+    /// [`BlockPool::release_raw`] of the same pool before the pool drops.
+    pub fn into_raw(self) -> RawBlock {
+        let raw = RawBlock {
+            ptr: self.raw.ptr,
+            index: self.raw.index,
+        };
+        std::mem::forget(self);
+        raw
+    }
+}
+
+impl Drop for Block<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the guard owns a block of `self.pool` and gives it up here.
+        unsafe { self.pool.push_chain(self.raw.index, self.raw.index) };
+    }
+}
+
+impl fmt::Debug for Block<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Block")
+            .field("index", &self.raw.index)
+            .field("ptr", &self.raw.ptr)
+            .finish()
+    }
+}
+
+/// A block without a guard: its pointer and index. Not `Clone`, so a block
+/// is released at most once unless unsafe code forges one.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RawBlock {
+    ptr: NonNull<u8>,
+    index: u32,
+}
+
+// SAFETY: a raw block is a unique claim on pool memory; moving the claim
+// between threads is fine.
+unsafe impl Send for RawBlock {}
+
+impl RawBlock {
+    /// Start of the block's memory.
+    pub fn as_ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// The block's index in its pool.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+}
+
+static_assertions::assert_impl_all!(BlockPool: Send, Sync);
+static_assertions::assert_impl_all!(Block<'static>: Send);
+static_assertions::assert_not_impl_any!(Block<'static>: Sync, Clone);
+static_assertions::assert_not_impl_any!(RawBlock: Clone, Copy);
+static_assertions::assert_eq_size!(RawBlock, [u64; 2]);
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn pool(block_size: usize, first: u32, max: Option<u32>) -> BlockPool {
+        BlockPool::with_config(BlockPoolConfig {
+            block_size,
+            align: 16,
+            first_chunk_blocks: first,
+            max_blocks: max,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn rejects_bad_config() {
+        let e = BlockPool::new(0, 8).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.message().contains("block_size 0"), "{e}");
+        let e = BlockPool::new(64, 24).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.message().contains("align 24"), "{e}");
+        let e = BlockPool::new(usize::MAX - 3, 64).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    }
+
+    #[test]
+    fn block_size_rounds_up_to_alignment() {
+        let p = BlockPool::new(100, 64).unwrap();
+        assert_eq!(p.block_size(), 128);
+        assert_eq!(p.block_align(), 64);
+    }
+
+    #[test]
+    fn index_math_round_trips() {
+        for first in [1u32, 2, 8, 64] {
+            let p = pool(8, first, None);
+            for k in 0..12 {
+                let base = p.chunk_base(k) as u32;
+                let len = p.chunk_len(k);
+                assert_eq!(p.locate(base), (k, 0));
+                assert_eq!(p.locate(base + len - 1), (k, len as usize - 1));
+            }
+        }
+    }
+
+    #[test]
+    fn acquire_gives_distinct_aligned_writable_blocks() {
+        let p = BlockPool::new(96, 32).unwrap();
+        let blocks: Vec<_> = (0..100).map(|_| p.acquire().unwrap()).collect();
+        let mut addrs = HashSet::new();
+        for (n, b) in blocks.iter().enumerate() {
+            let addr = b.as_ptr().as_ptr() as usize;
+            assert_eq!(addr % 32, 0);
+            assert!(addrs.insert(addr));
+            // SAFETY: we own the block and it is `size()` bytes long.
+            unsafe { ptr::write_bytes(b.as_ptr().as_ptr(), n as u8, b.size()) };
+        }
+        for (n, b) in blocks.iter().enumerate() {
+            // SAFETY: as above; the bytes were written.
+            let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr().as_ptr(), b.size()) };
+            assert!(bytes.iter().all(|&x| x == n as u8), "block {n} overwritten");
+        }
+        let mut indices: Vec<u32> = blocks.iter().map(|b| b.index()).collect();
+        indices.sort_unstable();
+        assert_eq!(indices, (0..100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn release_makes_block_reusable_without_growth() {
+        let p = pool(64, 4, None);
+        let a = p.acquire().unwrap();
+        let addr = a.as_ptr();
+        assert_eq!(p.capacity(), 4);
+        p.release(a);
+        let b = p.acquire().unwrap();
+        assert_eq!(b.as_ptr(), addr, "LIFO free list gives the last block back");
+        assert_eq!(p.capacity(), 4);
+    }
+
+    #[test]
+    fn chunks_grow_geometrically() {
+        let p = pool(8, 2, None);
+        let held: Vec<_> = (0..2).map(|_| p.acquire().unwrap()).collect();
+        assert_eq!(p.capacity(), 2);
+        let more: Vec<_> = (0..5).map(|_| p.acquire().unwrap()).collect();
+        assert_eq!(p.capacity(), 2 + 4 + 8);
+        drop((held, more));
+    }
+
+    #[test]
+    fn preallocate_then_acquire_does_not_grow() {
+        let mut p = pool(32, 4, None);
+        p.preallocate(20).unwrap();
+        let cap = p.capacity();
+        assert!(cap >= 20, "capacity {cap}");
+        assert_eq!(p.count_free(), cap);
+        let held: Vec<_> = (0..cap).map(|_| p.acquire().unwrap()).collect();
+        assert_eq!(p.capacity(), cap);
+        drop(held);
+        assert_eq!(p.count_free(), cap);
+        p.preallocate(3).unwrap();
+        assert_eq!(p.capacity(), cap, "already large enough");
+    }
+
+    #[test]
+    fn cap_returns_resource_exhausted_and_recovers() {
+        let p = pool(32, 2, Some(5));
+        let held: Vec<_> = (0..5).map(|_| p.acquire().unwrap()).collect();
+        assert_eq!(p.capacity(), 5, "last chunk cut short by the cap");
+        let e = p.acquire().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ResourceExhausted);
+        assert!(e.message().contains("cap of 5"), "{e}");
+        drop(held);
+        assert!(p.acquire().is_ok());
+        let e = p.preallocate(6).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ResourceExhausted);
+    }
+
+    #[test]
+    fn zero_cap_pool_never_allocates() {
+        let p = pool(32, 2, Some(0));
+        assert_eq!(
+            p.acquire().unwrap_err().kind(),
+            ErrorKind::ResourceExhausted
+        );
+        assert_eq!(p.capacity(), 0);
+    }
+
+    #[test]
+    fn trim_frees_only_fully_free_chunks() {
+        let mut p = pool(16, 2, None);
+        let blocks: Vec<_> = (0..14).map(|_| p.acquire_raw().unwrap()).collect();
+        assert_eq!(p.capacity(), 14); // chunks of 2, 4, 8
+                                      // Keep one block of chunk 1 (indices 2..6); release everything else.
+        let mut kept = None;
+        for b in blocks {
+            if b.index() == 3 {
+                kept = Some(b);
+            } else {
+                // SAFETY: acquired from `p`, released once.
+                unsafe { p.release_raw(b) };
+            }
+        }
+        assert_eq!(p.trim(), 2 + 8);
+        assert_eq!(p.capacity(), 4);
+        assert_eq!(p.count_free(), 3);
+        // SAFETY: acquired from `p`, released once.
+        unsafe { p.release_raw(kept.unwrap()) };
+        assert_eq!(p.trim(), 4);
+        assert_eq!(p.capacity(), 0);
+        assert_eq!(p.count_free(), 0);
+        // The pool grows again from the first free slot.
+        let b = p.acquire().unwrap();
+        assert_eq!(b.index(), 0);
+        drop(b);
+        assert_eq!(p.capacity(), 2);
+    }
+
+    #[test]
+    fn release_raw_all_pushes_a_chain() {
+        let mut p = pool(16, 8, None);
+        let blocks: Vec<_> = (0..8).map(|_| p.acquire_raw().unwrap()).collect();
+        assert_eq!(p.count_free(), 0);
+        // SAFETY: all acquired from `p`, released once.
+        unsafe { p.release_raw_all(blocks) };
+        assert_eq!(p.count_free(), 8);
+        // Empty iterators are fine.
+        // SAFETY: nothing to release.
+        unsafe { p.release_raw_all(std::iter::empty()) };
+        assert_eq!(p.count_free(), 8);
+    }
+
+    #[test]
+    #[should_panic(expected = "belongs to another pool")]
+    fn releasing_into_the_wrong_pool_panics() {
+        let a = pool(16, 2, None);
+        let b = pool(16, 2, None);
+        let block = a.acquire().unwrap();
+        b.release(block);
+    }
+
+    #[test]
+    fn threads_never_share_a_block() {
+        let mut p = pool(64, 4, Some(64));
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                let p = &p;
+                s.spawn(move || {
+                    for round in 0..2000u32 {
+                        let b = p.acquire().unwrap();
+                        let tag = t.wrapping_mul(31).wrapping_add(round as u8);
+                        // SAFETY: we own the block.
+                        unsafe { ptr::write_bytes(b.as_ptr().as_ptr(), tag, 64) };
+                        std::hint::spin_loop();
+                        // SAFETY: as above.
+                        let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr().as_ptr(), 64) };
+                        assert!(bytes.iter().all(|&x| x == tag), "block shared");
+                    }
+                });
+            }
+        });
+        let cap = p.capacity();
+        assert!(cap <= 64);
+        assert_eq!(p.count_free(), cap, "every block came back");
+    }
+}
