@@ -34,3 +34,6 @@ pub use dlist::{DIter, DList};
 pub use links::{DoubleLinks, Linked, SingleLinks};
 pub use slist::{SIter, SList};
 pub use transfer_stack::TransferStack;
+
+#[cfg(all(test, not(loom)))]
+mod tests;

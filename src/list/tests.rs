@@ -1,0 +1,367 @@
+//! Unit tests of the intrusive lists, on heap nodes that carry both kinds of
+//! links.
+
+use std::ptr::NonNull;
+
+use super::*;
+
+pub(crate) struct Node {
+    pub(crate) val: u32,
+    single: SingleLinks<Node>,
+    double: DoubleLinks<Node>,
+}
+
+// SAFETY: returns the address of the node's `single` field.
+unsafe impl Linked<SingleLinks<Node>> for Node {
+    fn links(node: NonNull<Self>) -> NonNull<SingleLinks<Node>> {
+        // SAFETY: field projection of a valid node pointer.
+        unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node.as_ptr()).single)) }
+    }
+}
+
+// SAFETY: returns the address of the node's `double` field.
+unsafe impl Linked<DoubleLinks<Node>> for Node {
+    fn links(node: NonNull<Self>) -> NonNull<DoubleLinks<Node>> {
+        // SAFETY: field projection of a valid node pointer.
+        unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node.as_ptr()).double)) }
+    }
+}
+
+/// Owns `n` heap nodes with values `0..n`; frees them on drop.
+pub(crate) struct Nodes(Vec<NonNull<Node>>);
+
+impl Nodes {
+    pub(crate) fn new(n: u32) -> Nodes {
+        Nodes(
+            (0..n)
+                .map(|val| {
+                    let node = Box::new(Node {
+                        val,
+                        single: SingleLinks::new(),
+                        double: DoubleLinks::new(),
+                    });
+                    // SAFETY: `Box::into_raw` is never null.
+                    unsafe { NonNull::new_unchecked(Box::into_raw(node)) }
+                })
+                .collect(),
+        )
+    }
+
+    pub(crate) fn get(&self, i: u32) -> NonNull<Node> {
+        self.0[i as usize]
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for &node in &self.0 {
+            // SAFETY: each pointer came from `Box::into_raw` and is freed once,
+            // after every list using it is gone.
+            drop(unsafe { Box::from_raw(node.as_ptr()) });
+        }
+    }
+}
+
+fn val(node: NonNull<Node>) -> u32 {
+    // SAFETY: nodes live as long as the `Nodes` of the test.
+    unsafe { node.as_ref() }.val
+}
+
+fn dvals(list: &DList<Node>) -> Vec<u32> {
+    list.iter().map(val).collect()
+}
+
+fn svals(list: &SList<Node>) -> Vec<u32> {
+    list.iter().map(val).collect()
+}
+
+/// A DList of nodes `vals` (pushed back in order).
+fn dlist(nodes: &Nodes, vals: impl IntoIterator<Item = u32>) -> DList<Node> {
+    let mut list = DList::new();
+    for v in vals {
+        // SAFETY: each node is pushed once and outlives the list.
+        unsafe { list.push_back(nodes.get(v)) };
+    }
+    list
+}
+
+fn slist(nodes: &Nodes, vals: impl IntoIterator<Item = u32>) -> SList<Node> {
+    let mut list = SList::new();
+    for v in vals {
+        // SAFETY: each node is pushed once and outlives the list.
+        unsafe { list.push_back(nodes.get(v)) };
+    }
+    list
+}
+
+/// Checks head/tail/len against the forward walk, and the backward walk of
+/// a DList through `prev`.
+fn check_dlist(list: &DList<Node>, expected: &[u32]) {
+    assert_eq!(dvals(list), expected);
+    assert_eq!(list.len(), expected.len());
+    assert_eq!(list.is_empty(), expected.is_empty());
+    assert_eq!(list.front().map(val), expected.first().copied());
+    assert_eq!(list.back().map(val), expected.last().copied());
+    let mut back = Vec::new();
+    let mut cur = list.back();
+    while let Some(n) = cur {
+        back.push(val(n));
+        // SAFETY: linked nodes are valid.
+        cur = unsafe { links::dprev(n) };
+    }
+    back.reverse();
+    assert_eq!(back, expected, "prev links disagree with next links");
+}
+
+fn check_slist(list: &SList<Node>, expected: &[u32]) {
+    assert_eq!(svals(list), expected);
+    assert_eq!(list.len(), expected.len());
+    assert_eq!(list.front().map(val), expected.first().copied());
+    assert_eq!(list.back().map(val), expected.last().copied());
+    if let Some(tail) = list.back() {
+        // SAFETY: linked nodes are valid.
+        assert!(unsafe { links::next(tail) }.is_none(), "tail has a next");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// DList
+// ---------------------------------------------------------------------------
+
+#[test]
+fn dlist_push_back_front_and_pop() {
+    let nodes = Nodes::new(4);
+    let mut list = DList::new();
+    check_dlist(&list, &[]);
+    assert!(list.pop_front().is_none());
+    // SAFETY: each node pushed once.
+    unsafe {
+        list.push_back(nodes.get(1));
+        list.push_back(nodes.get(2));
+        list.push_front(nodes.get(0));
+        list.push_back(nodes.get(3));
+    }
+    check_dlist(&list, &[0, 1, 2, 3]);
+    assert_eq!(list.pop_front().map(val), Some(0));
+    assert_eq!(list.pop_back().map(val), Some(3));
+    check_dlist(&list, &[1, 2]);
+    assert_eq!(list.pop_front().map(val), Some(1));
+    assert_eq!(list.pop_front().map(val), Some(2));
+    assert!(list.pop_front().is_none());
+    check_dlist(&list, &[]);
+}
+
+#[test]
+fn dlist_erase_head_middle_tail_and_only() {
+    let nodes = Nodes::new(5);
+    let mut list = dlist(&nodes, 0..5);
+    // SAFETY: each erased node is linked in `list`.
+    unsafe { list.erase(nodes.get(0)) };
+    check_dlist(&list, &[1, 2, 3, 4]);
+    // SAFETY: as above.
+    unsafe { list.erase(nodes.get(2)) };
+    check_dlist(&list, &[1, 3, 4]);
+    // SAFETY: as above.
+    unsafe { list.erase(nodes.get(4)) };
+    check_dlist(&list, &[1, 3]);
+    // SAFETY: as above.
+    unsafe {
+        list.erase(nodes.get(1));
+        list.erase(nodes.get(3));
+    }
+    check_dlist(&list, &[]);
+    // An erased node can be linked again.
+    // SAFETY: node 2 is unlinked.
+    unsafe { list.push_back(nodes.get(2)) };
+    check_dlist(&list, &[2]);
+}
+
+#[test]
+fn dlist_take_all_and_append() {
+    let nodes = Nodes::new(6);
+    let mut a = dlist(&nodes, 0..3);
+    let mut b = dlist(&nodes, 3..6);
+    a.append(&mut b);
+    check_dlist(&a, &[0, 1, 2, 3, 4, 5]);
+    check_dlist(&b, &[]);
+    let taken = a.take_all();
+    check_dlist(&a, &[]);
+    check_dlist(&taken, &[0, 1, 2, 3, 4, 5]);
+    // Appending to and from empty lists.
+    let mut empty = DList::new();
+    let mut taken = taken;
+    empty.append(&mut taken);
+    check_dlist(&empty, &[0, 1, 2, 3, 4, 5]);
+    empty.append(&mut taken);
+    check_dlist(&empty, &[0, 1, 2, 3, 4, 5]);
+}
+
+// ---------------------------------------------------------------------------
+// SList
+// ---------------------------------------------------------------------------
+
+#[test]
+fn slist_push_pop() {
+    let nodes = Nodes::new(3);
+    let mut list = SList::new();
+    // SAFETY: each node pushed once.
+    unsafe {
+        list.push_back(nodes.get(1));
+        list.push_front(nodes.get(0));
+        list.push_back(nodes.get(2));
+    }
+    check_slist(&list, &[0, 1, 2]);
+    assert_eq!(list.pop_front().map(val), Some(0));
+    check_slist(&list, &[1, 2]);
+    assert_eq!(list.pop_front().map(val), Some(1));
+    assert_eq!(list.pop_front().map(val), Some(2));
+    assert!(list.pop_front().is_none());
+    check_slist(&list, &[]);
+    // push_front on empty sets the tail too.
+    // SAFETY: node 1 is unlinked.
+    unsafe { list.push_front(nodes.get(1)) };
+    check_slist(&list, &[1]);
+}
+
+#[test]
+fn slist_append_prepend() {
+    let nodes = Nodes::new(7);
+    let mut list = slist(&nodes, 2..4);
+    let mut suffix = slist(&nodes, 4..7);
+    let mut prefix = slist(&nodes, 0..2);
+    list.append(&mut suffix);
+    list.prepend(&mut prefix);
+    check_slist(&list, &[0, 1, 2, 3, 4, 5, 6]);
+    check_slist(&suffix, &[]);
+    check_slist(&prefix, &[]);
+    let mut empty = SList::new();
+    empty.prepend(&mut list);
+    check_slist(&empty, &[0, 1, 2, 3, 4, 5, 6]);
+    let mut other = SList::new();
+    other.append(&mut empty);
+    check_slist(&other, &[0, 1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn slist_reverse() {
+    for n in 0..5 {
+        let nodes = Nodes::new(n);
+        let mut list = slist(&nodes, 0..n);
+        list.reverse();
+        let expected: Vec<u32> = (0..n).rev().collect();
+        check_slist(&list, &expected);
+    }
+}
+
+#[test]
+fn slist_split_one_to_four_nodes() {
+    // (len, max) -> (kept, stolen)
+    let cases: &[(u32, usize, &[u32], &[u32])] = &[
+        (1, 8, &[], &[0]),
+        (2, 8, &[0], &[1]),
+        (3, 8, &[0], &[1, 2]),
+        (4, 8, &[0, 1], &[2, 3]),
+        (0, 8, &[], &[]),
+    ];
+    for &(n, max, kept, stolen) in cases {
+        let nodes = Nodes::new(n);
+        let mut list = slist(&nodes, 0..n);
+        let taken = list.split(max);
+        check_slist(&list, kept);
+        check_slist(&taken, stolen);
+    }
+}
+
+#[test]
+fn slist_split_respects_max() {
+    let nodes = Nodes::new(10);
+    let mut list = slist(&nodes, 0..10);
+    let taken = list.split(3);
+    check_slist(&list, &[0, 1, 2, 3, 4, 5, 6]);
+    check_slist(&taken, &[7, 8, 9]);
+    let none = list.split(0);
+    check_slist(&none, &[]);
+    check_slist(&list, &[0, 1, 2, 3, 4, 5, 6]);
+    let one = list.split(1);
+    check_slist(&one, &[6]);
+    check_slist(&list, &[0, 1, 2, 3, 4, 5]);
+}
+
+// ---------------------------------------------------------------------------
+// TransferStack
+// ---------------------------------------------------------------------------
+
+#[test]
+fn transfer_stack_returns_fifo() {
+    let nodes = Nodes::new(5);
+    let stack = TransferStack::new();
+    assert!(stack.is_empty());
+    check_slist(&stack.take_all(), &[]);
+    // SAFETY: each node pushed once.
+    unsafe {
+        assert!(stack.push(nodes.get(0)), "first push sees an empty stack");
+        assert!(!stack.push(nodes.get(1)));
+        assert!(!stack.push(nodes.get(2)));
+    }
+    assert!(!stack.is_empty());
+    let taken = stack.take_all();
+    check_slist(&taken, &[0, 1, 2]);
+    assert!(stack.is_empty());
+    // SAFETY: nodes 3 and 4 are unlinked.
+    unsafe {
+        assert!(stack.push(nodes.get(3)));
+        stack.push(nodes.get(4));
+    }
+    check_slist(&stack.take_all(), &[3, 4]);
+}
+
+#[test]
+fn transfer_stack_push_list_keeps_list_order() {
+    let nodes = Nodes::new(6);
+    let stack = TransferStack::new();
+    // SAFETY: node 0 pushed once.
+    unsafe { stack.push(nodes.get(0)) };
+    assert!(!stack.push_list(slist(&nodes, 1..4)));
+    // SAFETY: node 4 pushed once.
+    unsafe { stack.push(nodes.get(4)) };
+    assert!(!stack.push_list(SList::new()));
+    check_slist(&stack.take_all(), &[0, 1, 2, 3, 4]);
+    assert!(stack.push_list(slist(&nodes, 5..6)));
+    check_slist(&stack.take_all(), &[5]);
+}
+
+#[test]
+fn transfer_stack_threads_each_node_taken_once_in_push_order() {
+    const PER: u32 = 5000;
+    let nodes = Nodes::new(2 * PER);
+    let stack = TransferStack::<Node>::new();
+    let raw: Vec<usize> = nodes.0.iter().map(|n| n.as_ptr() as usize).collect();
+    let mut seen = Vec::new();
+    std::thread::scope(|s| {
+        for t in 0..2usize {
+            let (stack, raw) = (&stack, &raw);
+            s.spawn(move || {
+                for i in 0..PER as usize {
+                    let node = raw[t * PER as usize + i] as *mut Node;
+                    // SAFETY: each node pushed once; `nodes` outlives the scope.
+                    unsafe { stack.push(NonNull::new_unchecked(node)) };
+                }
+            });
+        }
+        while seen.len() < 2 * PER as usize {
+            seen.extend(stack.take_all().iter().map(val));
+        }
+    });
+    let mut last = [None::<u32>; 2];
+    for &v in &seen {
+        let producer = (v / PER) as usize;
+        assert!(
+            last[producer] < Some(v),
+            "producer {producer} out of order at {v}"
+        );
+        last[producer] = Some(v);
+    }
+    let mut sorted = seen.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..2 * PER).collect::<Vec<_>>());
+}
