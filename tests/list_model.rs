@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::ptr::NonNull;
 
-use fenceline::list::{DList, DoubleLinks, Linked, SList, SingleLinks, TransferStack};
+use fenceline::list::{DList, DoubleLinks, SList, SingleLinks, TransferStack};
 use proptest::prelude::*;
 
 struct Node {
@@ -13,21 +13,8 @@ struct Node {
     double: DoubleLinks<Node>,
 }
 
-// SAFETY: points at the node's `single` field.
-unsafe impl Linked<SingleLinks<Node>> for Node {
-    fn links(node: NonNull<Self>) -> NonNull<SingleLinks<Node>> {
-        // SAFETY: field projection of a valid node pointer.
-        unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node.as_ptr()).single)) }
-    }
-}
-
-// SAFETY: points at the node's `double` field.
-unsafe impl Linked<DoubleLinks<Node>> for Node {
-    fn links(node: NonNull<Self>) -> NonNull<DoubleLinks<Node>> {
-        // SAFETY: field projection of a valid node pointer.
-        unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node.as_ptr()).double)) }
-    }
-}
+fenceline::impl_linked!(Node, single: SingleLinks<Node>);
+fenceline::impl_linked!(Node, double: DoubleLinks<Node>);
 
 /// `N` heap nodes and the ids of those not linked anywhere.
 struct Nodes {

@@ -5,7 +5,7 @@
 
 use std::ptr::NonNull;
 
-use fenceline::list::{Linked, SingleLinks, TransferStack};
+use fenceline::list::{SingleLinks, TransferStack};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -14,13 +14,7 @@ struct Node {
     links: SingleLinks<Node>,
 }
 
-// SAFETY: points at the node's `links` field.
-unsafe impl Linked<SingleLinks<Node>> for Node {
-    fn links(node: NonNull<Self>) -> NonNull<SingleLinks<Node>> {
-        // SAFETY: field projection of a valid node pointer.
-        unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node.as_ptr()).links)) }
-    }
-}
+fenceline::impl_linked!(Node, links: SingleLinks<Node>);
 
 /// A node pointer handed to a producer thread.
 struct Send_(NonNull<Node>);

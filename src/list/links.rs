@@ -161,3 +161,33 @@ pub(crate) unsafe fn set_dprev<T: Linked<DoubleLinks<T>>>(
     // SAFETY: as for `next`.
     unsafe { T::links(node).as_ref().prev.with_mut(|p| *p = to) }
 }
+
+/// Implements [`Linked`] for a node type by naming its link field, which is
+/// the only correct implementation (a field projection), so no `unsafe` is
+/// left to the caller.
+///
+/// ```
+/// use fenceline::list::{SingleLinks, DoubleLinks};
+/// struct Action { id: u32, next: SingleLinks<Action>, pending: DoubleLinks<Action> }
+/// fenceline::impl_linked!(Action, next: SingleLinks<Action>);
+/// fenceline::impl_linked!(Action, pending: DoubleLinks<Action>);
+/// ```
+#[macro_export]
+macro_rules! impl_linked {
+    ($node:ty, $field:ident : $links:ty) => {
+        // SAFETY: `links` projects to the named field of the node, without
+        // reading or writing it.
+        unsafe impl $crate::list::Linked<$links> for $node {
+            #[inline]
+            fn links(node: ::core::ptr::NonNull<Self>) -> ::core::ptr::NonNull<$links> {
+                // SAFETY: a field projection of a pointer to a valid node is
+                // in bounds and non-null.
+                unsafe {
+                    ::core::ptr::NonNull::new_unchecked(::core::ptr::addr_of_mut!(
+                        (*node.as_ptr()).$field
+                    ))
+                }
+            }
+        }
+    };
+}

@@ -11,21 +11,8 @@ pub(crate) struct Node {
     double: DoubleLinks<Node>,
 }
 
-// SAFETY: returns the address of the node's `single` field.
-unsafe impl Linked<SingleLinks<Node>> for Node {
-    fn links(node: NonNull<Self>) -> NonNull<SingleLinks<Node>> {
-        // SAFETY: field projection of a valid node pointer.
-        unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node.as_ptr()).single)) }
-    }
-}
-
-// SAFETY: returns the address of the node's `double` field.
-unsafe impl Linked<DoubleLinks<Node>> for Node {
-    fn links(node: NonNull<Self>) -> NonNull<DoubleLinks<Node>> {
-        // SAFETY: field projection of a valid node pointer.
-        unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node.as_ptr()).double)) }
-    }
-}
+crate::impl_linked!(Node, single: SingleLinks<Node>);
+crate::impl_linked!(Node, double: DoubleLinks<Node>);
 
 /// Owns `n` heap nodes with values `0..n`; frees them on drop.
 pub(crate) struct Nodes(Vec<NonNull<Node>>);

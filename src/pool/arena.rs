@@ -243,6 +243,9 @@ impl Arena {
     }
 
     /// Places `value` in the arena. Its destructor will never run.
+    // Each call returns fresh memory no other reference points to, so many
+    // `&mut` from one `&self` never alias (bumpalo's reasoning too).
+    #[allow(clippy::mut_from_ref)]
     pub fn alloc_value<T>(&self, value: T) -> Result<&mut T, Error> {
         let p = self.alloc(Layout::new::<T>())?.cast::<T>();
         // SAFETY: `p` is fresh, aligned and sized for `T`, and no other
@@ -254,6 +257,7 @@ impl Arena {
     }
 
     /// Copies `src` into the arena.
+    #[allow(clippy::mut_from_ref)] // see `alloc_value`
     pub fn alloc_copy<T: Copy>(&self, src: &[T]) -> Result<&mut [T], Error> {
         let layout = Layout::for_value(src);
         let p = self.alloc(layout)?.cast::<T>();
