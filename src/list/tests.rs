@@ -319,19 +319,24 @@ fn transfer_stack_push_list_keeps_list_order() {
 
 #[test]
 fn transfer_stack_threads_each_node_taken_once_in_push_order() {
-    const PER: u32 = 5000;
+    const PER: u32 = if cfg!(miri) { 100 } else { 5000 };
+    /// Node pointers handed to a producer thread.
+    struct Batch(Vec<NonNull<Node>>);
+    // SAFETY: each node is used by one thread at a time (producer, stack,
+    // consumer).
+    unsafe impl Send for Batch {}
     let nodes = Nodes::new(2 * PER);
     let stack = TransferStack::<Node>::new();
-    let raw: Vec<usize> = nodes.0.iter().map(|n| n.as_ptr() as usize).collect();
     let mut seen = Vec::new();
     std::thread::scope(|s| {
         for t in 0..2usize {
-            let (stack, raw) = (&stack, &raw);
+            let stack = &stack;
+            let batch = Batch(nodes.0[t * PER as usize..(t + 1) * PER as usize].to_vec());
             s.spawn(move || {
-                for i in 0..PER as usize {
-                    let node = raw[t * PER as usize + i] as *mut Node;
+                let batch = batch;
+                for node in batch.0 {
                     // SAFETY: each node pushed once; `nodes` outlives the scope.
-                    unsafe { stack.push(NonNull::new_unchecked(node)) };
+                    unsafe { stack.push(node) };
                 }
             });
         }

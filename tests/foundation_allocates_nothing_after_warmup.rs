@@ -1,0 +1,127 @@
+//! With a counting global allocator: once warm, the block pool, the arena
+//! and the transfer stack never call the global allocator, on any thread.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use fenceline::list::{SingleLinks, TransferStack};
+use fenceline::pool::{Arena, BlockPool, BlockPoolConfig, RawBlock};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to `System`, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+struct Msg {
+    links: SingleLinks<Msg>,
+    block: RawBlock,
+    value: u64,
+}
+fenceline::impl_linked!(Msg, links: SingleLinks<Msg>);
+
+/// One round: two threads each move `n` messages built in pool blocks
+/// through the stack; this thread takes them, checks and frees them; then
+/// the arena records and resets.
+fn round(pool: &BlockPool, stack: &TransferStack<Msg>, arena: &mut Arena, n: u64) -> u64 {
+    let mut sum = 0;
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            s.spawn(move || {
+                for i in 0..n {
+                    let block = pool.acquire_raw().expect("pool has room");
+                    let node = block.as_ptr().cast::<Msg>();
+                    // SAFETY: the block is ours and sized/aligned for a Msg.
+                    unsafe {
+                        node.as_ptr().write(Msg {
+                            links: SingleLinks::new(),
+                            block,
+                            value: t * n + i,
+                        });
+                        stack.push(node);
+                    }
+                }
+            });
+        }
+        let mut got = 0;
+        while got < 2 * n {
+            for node in stack.take_all().iter() {
+                let node: NonNull<Msg> = node;
+                // SAFETY: taken from the stack, read once, block freed once.
+                let msg = unsafe { node.as_ptr().read() };
+                sum += msg.value;
+                // SAFETY: the block came from `pool`.
+                unsafe { pool.release_raw(msg.block) };
+                got += 1;
+            }
+        }
+    });
+    for i in 0..64u32 {
+        let xs = arena.alloc_copy(&[i; 40]).expect("arena pool has room");
+        assert_eq!(xs[39], i);
+    }
+    arena.reset();
+    sum
+}
+
+#[test]
+fn steady_state_allocates_nothing() {
+    const N: u64 = 50_000;
+    let pool = BlockPool::with_config(BlockPoolConfig {
+        block_size: std::mem::size_of::<Msg>(),
+        align: 64,
+        first_chunk_blocks: 64,
+        max_blocks: None,
+    })
+    .unwrap();
+    pool.preallocate(2 * N as usize).unwrap();
+    let stack = TransferStack::new();
+    let arena_pool = Arc::new(BlockPool::new(1024, 64).unwrap());
+    let mut arena = Arena::new(arena_pool.clone()).unwrap();
+    // Warm-up: thread spawning's own allocations are counted below, so
+    // measure them once here and subtract.
+    let expected = (0..2 * N).sum::<u64>();
+    assert_eq!(round(&pool, &stack, &mut arena, N), expected);
+
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    std::thread::scope(|s| {
+        s.spawn(|| {});
+        s.spawn(|| {});
+    });
+    let per_spawn_pair = ALLOCATIONS.load(Ordering::Relaxed) - before;
+
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let rounds = 2;
+    for _ in 0..rounds {
+        assert_eq!(round(&pool, &stack, &mut arena, N), expected);
+    }
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!(
+        allocations,
+        rounds * per_spawn_pair,
+        "{} submissions allocated {} times beyond thread spawning",
+        rounds as u64 * 2 * N,
+        allocations.saturating_sub(rounds * per_spawn_pair)
+    );
+}
