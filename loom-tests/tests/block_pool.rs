@@ -122,3 +122,46 @@ fn aba_pop_push_pop_is_detected() {
         finish(pool);
     });
 }
+
+#[test]
+fn caches_pop_chains_against_each_other() {
+    // Caches of 2: a refill pops a chain of 2 with one CAS. The main thread
+    // pops [A, B] and gives A back alone (head is A again, now followed by
+    // C), while the other thread's chain pop may have read "A then B": the
+    // generation tag must reject that stale chain, or B gets two owners.
+    use fenceline::pool::BlockCache;
+    loom::model(|| {
+        let pool = Arc::new(pool(4, 4));
+        pool.preallocate(4).unwrap();
+        let owners = Arc::new(Owners::new(4));
+        let t = {
+            let (pool, owners) = (pool.clone(), owners.clone());
+            thread::spawn(move || {
+                let mut cache: BlockCache<Arc<BlockPool>, 2> = BlockCache::new(pool);
+                let a = cache.acquire().unwrap();
+                owners.claim(a.index());
+                owners.unclaim(a.index());
+                // SAFETY: from this cache's pool, released once.
+                unsafe { cache.release(a) };
+            })
+        };
+        let mut cache: BlockCache<Arc<BlockPool>, 2> = BlockCache::new(pool.clone());
+        let a = cache.acquire().unwrap();
+        owners.claim(a.index());
+        let b = cache.acquire().unwrap();
+        owners.claim(b.index());
+        // `b` came from the stash: it is the chain's first block. Give it
+        // back alone, so the head index is the same as before the refill.
+        owners.unclaim(b.index());
+        // SAFETY: from this cache's pool, released once.
+        unsafe { cache.release(b) };
+        cache.flush();
+        owners.unclaim(a.index());
+        // SAFETY: as above.
+        unsafe { cache.release(a) };
+        drop(cache);
+        t.join().unwrap();
+        assert_eq!(pool.capacity(), 4);
+        finish(pool);
+    });
+}

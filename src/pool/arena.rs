@@ -379,7 +379,9 @@ mod tests {
         assert!(a.oversized_count() <= 1);
         // Larger than a block and over-aligned: always oversized.
         let before = a.oversized_count();
-        let p = a.alloc(Layout::from_size_align(5000, 8192).unwrap()).unwrap();
+        let p = a
+            .alloc(Layout::from_size_align(5000, 8192).unwrap())
+            .unwrap();
         assert_eq!(addr(p) % 8192, 0);
         assert_eq!(a.oversized_count(), before + 1);
     }

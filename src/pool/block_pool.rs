@@ -34,6 +34,8 @@
 use std::alloc::Layout;
 use std::fmt;
 use std::marker::PhantomData;
+use std::mem::{self, MaybeUninit};
+use std::ops::Deref;
 use std::ptr::{self, NonNull};
 
 use crossbeam_utils::CachePadded;
@@ -86,14 +88,6 @@ impl Default for BlockPoolConfig {
     }
 }
 
-/// One allocation of `len` consecutive blocks and their free-list links.
-struct Chunk {
-    memory: NonNull<u8>,
-    layout: Layout,
-    /// `next[i]`: index of the block after block `base + i` on the free list.
-    next: Box<[AtomicU32]>,
-}
-
 /// A pool of fixed-size, aligned blocks with a lock-free free list.
 ///
 /// `acquire` and `release` are one CAS each and allocate nothing once the
@@ -111,7 +105,11 @@ struct Chunk {
 pub struct BlockPool {
     /// Free-list head: `(index, generation)` packed, see `pack`.
     head: CachePadded<AtomicU64>,
-    chunks: [AtomicPtr<Chunk>; MAX_CHUNKS],
+    /// Chunk `k`'s first block, or null. A chunk is one allocation:
+    /// `[links][blocks]`, the link of the block at offset `i` stored
+    /// `i + 1` links *below* the first block, so one directory load finds
+    /// both a block and its link.
+    chunks: [AtomicPtr<u8>; MAX_CHUNKS],
     block_size: usize,
     align: usize,
     first_chunk_blocks: u32,
@@ -233,6 +231,18 @@ impl BlockPool {
         full.min(room) as u32
     }
 
+    /// Layout of chunk `k`'s allocation and the offset of its first block.
+    fn chunk_layout(&self, k: usize) -> Option<(Layout, usize)> {
+        let len = self.chunk_len(k) as usize;
+        let align = self.align.max(mem::align_of::<AtomicU32>());
+        let links = len
+            .checked_mul(mem::size_of::<AtomicU32>())?
+            .checked_next_multiple_of(align)?;
+        let blocks = self.block_size.checked_mul(len)?;
+        let layout = Layout::from_size_align(links.checked_add(blocks)?, align).ok()?;
+        Some((layout, links))
+    }
+
     /// `(chunk, offset in chunk)` of a global block index.
     #[inline]
     fn locate(&self, index: u32) -> (usize, usize) {
@@ -241,31 +251,36 @@ impl BlockPool {
         (k, (u64::from(index) - self.chunk_base(k)) as usize)
     }
 
-    /// The installed chunk holding `index`.
+    /// First block of the installed chunk holding `index`, and the offset
+    /// of `index` in it.
     ///
     /// # Safety
     /// `index` was handed out by this pool (it is on the free list or held by
     /// a caller), so its chunk is installed and, the pool being borrowed, not
     /// freed.
     #[inline]
-    unsafe fn chunk_of(&self, index: u32) -> (&Chunk, usize) {
+    unsafe fn chunk_of(&self, index: u32) -> (*mut u8, usize) {
         let (k, offset) = self.locate(index);
         // Acquire pairs with the AcqRel install in `install_chunk`; the index
         // reached us through a chain of release/acquire on `head` (or from
         // the installer itself), so the slot is non-null.
-        let chunk = self.chunks[k].load(Ordering::Acquire);
-        debug_assert!(!chunk.is_null(), "block index {index} has no chunk");
-        // SAFETY: installed chunks stay alive until `&mut self` frees them.
-        (unsafe { &*chunk }, offset)
+        let blocks = self.chunks[k].load(Ordering::Acquire);
+        debug_assert!(!blocks.is_null(), "block index {index} has no chunk");
+        (blocks, offset)
     }
 
+    /// The free-list link of block `index`.
+    ///
     /// # Safety
     /// As for `chunk_of`.
     #[inline]
     unsafe fn next_of(&self, index: u32) -> &AtomicU32 {
         // SAFETY: forwarded contract.
-        let (chunk, offset) = unsafe { self.chunk_of(index) };
-        &chunk.next[offset]
+        let (blocks, offset) = unsafe { self.chunk_of(index) };
+        // SAFETY: the chunk's `len` links sit just below its first block,
+        // initialized at install and alive until the chunk is freed (which
+        // needs `&mut self`); `offset < len`.
+        unsafe { &*blocks.cast::<AtomicU32>().sub(offset + 1) }
     }
 
     /// # Safety
@@ -273,10 +288,10 @@ impl BlockPool {
     #[inline]
     unsafe fn block_ptr(&self, index: u32) -> NonNull<u8> {
         // SAFETY: forwarded contract.
-        let (chunk, offset) = unsafe { self.chunk_of(index) };
+        let (blocks, offset) = unsafe { self.chunk_of(index) };
         // SAFETY: offset < chunk length, so the block lies inside the chunk's
-        // allocation of `len * block_size` bytes.
-        unsafe { chunk.memory.add(offset * self.block_size) }
+        // allocation; the chunk pointer is non-null.
+        unsafe { NonNull::new_unchecked(blocks.add(offset * self.block_size)) }
     }
 
     // ---------------------------------------------------------------------
@@ -288,6 +303,7 @@ impl BlockPool {
     ///
     /// # Safety
     /// Every block of the chain belongs to this pool and has no other owner.
+    #[inline]
     unsafe fn push_chain(&self, first: u32, last: u32) {
         // SAFETY: `last` belongs to this pool.
         let last_next = unsafe { self.next_of(last) };
@@ -310,6 +326,7 @@ impl BlockPool {
     }
 
     /// Pops one index, or `None` when the list is empty.
+    #[inline]
     fn pop(&self) -> Option<u32> {
         let mut head = self.head.load(Ordering::Acquire);
         loop {
@@ -335,6 +352,46 @@ impl BlockPool {
         }
     }
 
+    /// Pops a chain of up to `max` (>= 1) blocks with one CAS: returns its
+    /// first index and length; the blocks are linked through `next` in
+    /// order (the last one's link is stale).
+    ///
+    /// The walk reads links of blocks other threads may be popping; the reads
+    /// are atomic, bounded by `max`, and only indices of installed chunks are
+    /// ever stored in links, so a stale walk is harmless: any pop or push
+    /// since our load moved the generation and the CAS fails. If the CAS
+    /// succeeds, nothing changed the list since the load, so the chain we
+    /// walked was the list's front, whose links were published to us by the
+    /// Acquire load (every push is a release RMW on `head`).
+    #[inline]
+    fn pop_chain(&self, max: u32) -> Option<(u32, u32)> {
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            let (top, generation) = unpack(head);
+            if top == NIL {
+                return None;
+            }
+            let mut count = 1;
+            // SAFETY: `top` is an index of this pool (see `pop`); every link
+            // holds NIL or such an index, so each `next` below is one too.
+            let mut next = unsafe { self.next_of(top) }.load(Ordering::Relaxed);
+            while count < max && next != NIL {
+                // SAFETY: as above.
+                next = unsafe { self.next_of(next) }.load(Ordering::Relaxed);
+                count += 1;
+            }
+            match self.head.compare_exchange_weak(
+                head,
+                pack(next, generation.wrapping_add(1)),
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some((top, count)),
+                Err(now) => head = now,
+            }
+        }
+    }
+
     /// Allocates chunk `k` and installs it. `Ok(None)`: another thread
     /// installed it first (ours was freed); the caller retries the pop.
     fn install_chunk(&self, k: usize) -> Result<Option<(u32, u32)>, Error> {
@@ -349,50 +406,57 @@ impl BlockPool {
             ));
         }
         let len = self.chunk_len(k);
-        let layout = self
-            .block_size
-            .checked_mul(len as usize)
-            .and_then(|bytes| Layout::from_size_align(bytes, self.align).ok())
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::ResourceExhausted,
-                    format!("block pool chunk of {len} blocks overflows the address space"),
-                )
-            })?;
-        // SAFETY: the layout has a non-zero size (block_size > 0, len > 0).
-        let memory = NonNull::new(unsafe { std::alloc::alloc(layout) }).ok_or_else(|| {
+        let (layout, links) = self.chunk_layout(k).ok_or_else(|| {
             Error::new(
+                ErrorKind::ResourceExhausted,
+                format!("block pool chunk of {len} blocks overflows the address space"),
+            )
+        })?;
+        // SAFETY: the layout has a non-zero size (block_size > 0, len > 0).
+        let memory = unsafe { std::alloc::alloc(layout) };
+        if memory.is_null() {
+            return Err(Error::new(
                 ErrorKind::ResourceExhausted,
                 format!(
                     "out of memory growing block pool by {} bytes",
                     layout.size()
                 ),
-            )
-        })?;
-        let next = (0..len).map(|_| AtomicU32::new(NIL)).collect();
-        let chunk = Box::into_raw(Box::new(Chunk {
-            memory,
-            layout,
-            next,
-        }));
+            ));
+        }
+        // SAFETY: `links <= layout.size()`.
+        let blocks = unsafe { memory.add(links) };
+        for i in 0..len as usize {
+            // SAFETY: `len` links fit below `blocks` (`links` was rounded up
+            // from `len` links) and are aligned (the layout's alignment covers
+            // `AtomicU32`'s, and `links` is a multiple of it).
+            unsafe {
+                blocks
+                    .cast::<AtomicU32>()
+                    .sub(i + 1)
+                    .write(AtomicU32::new(NIL))
+            };
+        }
         // AcqRel: publish the chunk (Release) before any of its indices can be
         // seen; Acquire on failure is not needed for anything but symmetry.
         match self.chunks[k].compare_exchange(
             ptr::null_mut(),
-            chunk,
+            blocks,
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
             Ok(_) => Ok(Some((base as u32, len))),
             Err(_) => {
-                // SAFETY: we created `chunk` above and never published it.
-                unsafe { Chunk::free(chunk) };
+                // SAFETY: we created the chunk above and never published it.
+                unsafe { self.free_chunk(k, blocks) };
                 Ok(None)
             }
         }
     }
 
-    /// Installs the first empty chunk slot. See `install_chunk`.
+    /// Installs the first empty chunk slot. See `install_chunk`. Cold: the
+    /// only allocating path, kept out of the inlined hot path.
+    #[cold]
+    #[inline(never)]
     fn grow(&self) -> Result<Option<(u32, u32)>, Error> {
         let k = (0..MAX_CHUNKS)
             .find(|&k| self.chunks[k].load(Ordering::Acquire).is_null())
@@ -429,6 +493,7 @@ impl BlockPool {
     ///
     /// Errors: `ResourceExhausted` when the pool is at its cap (or memory
     /// ran out). Never panics.
+    #[inline]
     pub fn acquire(&self) -> Result<Block<'_>, Error> {
         let raw = self.acquire_raw()?;
         Ok(Block {
@@ -440,7 +505,21 @@ impl BlockPool {
 
     /// [`acquire`](Self::acquire) without the guard: the caller releases the
     /// block with [`release_raw`](Self::release_raw).
+    #[inline]
     pub fn acquire_raw(&self) -> Result<RawBlock, Error> {
+        if let Some(index) = self.pop() {
+            // SAFETY: `index` came off this pool's free list.
+            let ptr = unsafe { self.block_ptr(index) };
+            return Ok(RawBlock { ptr, index });
+        }
+        self.acquire_slow()
+    }
+
+    /// `acquire_raw` when the free list looked empty: grow, or retry the pop
+    /// if another thread grew first.
+    #[cold]
+    #[inline(never)]
+    fn acquire_slow(&self) -> Result<RawBlock, Error> {
         loop {
             if let Some(index) = self.pop() {
                 // SAFETY: `index` came off this pool's free list.
@@ -479,6 +558,7 @@ impl BlockPool {
     /// `block` was acquired from this pool (by `acquire_raw` or
     /// `Block::into_raw`) and is released once; the caller no longer uses
     /// its memory.
+    #[inline]
     pub unsafe fn release_raw(&self, block: RawBlock) {
         // SAFETY: forwarded contract: `block` is this pool's and now unowned.
         unsafe { self.push_chain(block.index, block.index) };
@@ -535,8 +615,15 @@ impl BlockPool {
     /// Walks the free list. Needs `&mut self`: exact only with no other user.
     fn free_indices(&mut self) -> Vec<u32> {
         let mut out = Vec::new();
+        let capacity = self.capacity();
         let (mut index, _) = unpack(self.head.load(Ordering::Relaxed));
         while index != NIL {
+            // A longer list repeats a block: a bug, reported instead of
+            // looping forever.
+            assert!(
+                out.len() < capacity,
+                "BlockPool free list is corrupt: longer than the pool's {capacity} blocks"
+            );
             out.push(index);
             // SAFETY: indices on the free list belong to installed chunks.
             index = unsafe { self.next_of(index) }.load(Ordering::Relaxed);
@@ -582,10 +669,10 @@ impl BlockPool {
         for (k, &doom) in doomed.iter().enumerate() {
             if doom {
                 released += self.chunk_len(k) as usize;
-                let chunk = self.chunks[k].swap(ptr::null_mut(), Ordering::Relaxed);
+                let blocks = self.chunks[k].swap(ptr::null_mut(), Ordering::Relaxed);
                 // SAFETY: every block of the chunk is free and unlinked, and
                 // `&mut self` means no thread can be reading it.
-                unsafe { Chunk::free(chunk) };
+                unsafe { self.free_chunk(k, blocks) };
             }
         }
         released
@@ -594,26 +681,34 @@ impl BlockPool {
 
 impl Drop for BlockPool {
     fn drop(&mut self) {
-        for slot in &self.chunks {
-            let chunk = slot.swap(ptr::null_mut(), Ordering::Relaxed);
-            if !chunk.is_null() {
+        for k in 0..MAX_CHUNKS {
+            let blocks = self.chunks[k].swap(ptr::null_mut(), Ordering::Relaxed);
+            if !blocks.is_null() {
                 // SAFETY: no `Block` can outlive the pool (it borrows it), and
                 // `RawBlock` holders promised to release before the drop.
-                unsafe { Chunk::free(chunk) };
+                unsafe { self.free_chunk(k, blocks) };
             }
         }
     }
 }
 
-impl Chunk {
+impl BlockPool {
+    /// Drops chunk `k`'s links and frees its allocation.
+    ///
     /// # Safety
-    /// `chunk` came from `Box::into_raw` in `install_chunk` and nobody uses
-    /// it any more.
-    unsafe fn free(chunk: *mut Chunk) {
-        // SAFETY: forwarded contract.
-        let chunk = unsafe { Box::from_raw(chunk) };
-        // SAFETY: `memory` was allocated with exactly this layout.
-        unsafe { std::alloc::dealloc(chunk.memory.as_ptr(), chunk.layout) };
+    /// `blocks` is chunk `k`'s first block as made by `install_chunk`, and
+    /// nobody uses the chunk any more.
+    unsafe fn free_chunk(&self, k: usize, blocks: *mut u8) {
+        let Some((layout, links)) = self.chunk_layout(k) else {
+            unreachable!("chunk {k} was allocated with this layout");
+        };
+        for i in 0..self.chunk_len(k) as usize {
+            // SAFETY: the links were written in `install_chunk`, dropped once.
+            unsafe { ptr::drop_in_place(blocks.cast::<AtomicU32>().sub(i + 1)) };
+        }
+        // SAFETY: the allocation starts `links` bytes below the first block
+        // and was made with exactly `layout`.
+        unsafe { std::alloc::dealloc(blocks.sub(links), layout) };
     }
 }
 
@@ -663,6 +758,7 @@ impl<'pool> Block<'pool> {
 }
 
 impl Drop for Block<'_> {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: the guard owns a block of `self.pool` and gives it up here.
         unsafe { self.pool.push_chain(self.raw.index, self.raw.index) };
@@ -675,6 +771,155 @@ impl fmt::Debug for Block<'_> {
             .field("index", &self.raw.index)
             .field("ptr", &self.raw.ptr)
             .finish()
+    }
+}
+
+// -------------------------------------------------------------------------
+// Per-owner cache
+// -------------------------------------------------------------------------
+
+/// A single owner's stash of free blocks in front of a shared [`BlockPool`]
+/// (a "magazine", as in slab allocators): `acquire` and `release` touch no
+/// atomic while the stash has blocks (or room), and move half a stash at a
+/// time to or from the pool with **one** CAS. For owners that acquire and
+/// release in a loop: an executor worker, a queue's issuer.
+///
+/// `P` is anything that derefs to the pool (`&BlockPool`,
+/// `Arc<BlockPool>`). Blocks in a stash are not on the pool's free list
+/// (`count_free` does not see them); dropping the cache, or
+/// [`flush`](Self::flush), returns them.
+///
+/// ```
+/// use fenceline::pool::{BlockCache, BlockPool};
+/// let pool = BlockPool::new(64, 64)?;
+/// let mut cache: BlockCache<&BlockPool> = BlockCache::new(&pool);
+/// let block = cache.acquire()?;
+/// // SAFETY: `block` came from `cache`, whose pool is `pool`.
+/// unsafe { cache.release(block) };
+/// # Ok::<(), fenceline::Error>(())
+/// ```
+pub struct BlockCache<P: Deref<Target = BlockPool>, const N: usize = 32> {
+    pool: P,
+    len: usize,
+    blocks: [MaybeUninit<RawBlock>; N],
+}
+
+impl<P: Deref<Target = BlockPool>, const N: usize> fmt::Debug for BlockCache<P, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockCache")
+            .field("stashed", &self.len)
+            .field("capacity", &N)
+            .finish()
+    }
+}
+
+impl<P: Deref<Target = BlockPool>, const N: usize> BlockCache<P, N> {
+    const HALF: usize = {
+        assert!(N >= 2, "a BlockCache holds at least 2 blocks");
+        N / 2
+    };
+
+    /// An empty cache in front of `pool`.
+    pub fn new(pool: P) -> Self {
+        let _ = Self::HALF;
+        BlockCache {
+            pool,
+            len: 0,
+            blocks: [const { MaybeUninit::uninit() }; N],
+        }
+    }
+
+    /// The pool behind the cache.
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+
+    /// Blocks stashed now.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the stash is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A block from the stash, refilling half of it from the pool (one CAS)
+    /// when it is empty, growing the pool when that is empty too.
+    ///
+    /// Errors: `ResourceExhausted` as for [`BlockPool::acquire`].
+    #[inline]
+    pub fn acquire(&mut self) -> Result<RawBlock, Error> {
+        if self.len == 0 {
+            return self.refill();
+        }
+        self.len -= 1;
+        // SAFETY: slots below the old `len` hold blocks; this one is moved
+        // out and the slot counts as empty from now on.
+        Ok(unsafe { self.blocks[self.len].assume_init_read() })
+    }
+
+    #[cold]
+    fn refill(&mut self) -> Result<RawBlock, Error> {
+        let Some((first, count)) = self.pool.pop_chain(Self::HALF as u32 + 1) else {
+            return self.pool.acquire_raw();
+        };
+        let mut index = first;
+        for i in 0..count {
+            // SAFETY: the chain is ours now; its blocks are this pool's.
+            let ptr = unsafe { self.pool.block_ptr(index) };
+            let block = RawBlock { ptr, index };
+            if i + 1 == count {
+                return Ok(block);
+            }
+            self.blocks[self.len].write(block);
+            self.len += 1;
+            // SAFETY: as above; the links of an owned chain are stable.
+            index = unsafe { self.pool.next_of(index) }.load(Ordering::Relaxed);
+        }
+        unreachable!("a popped chain has at least one block");
+    }
+
+    /// Puts a block in the stash, first returning half of a full stash to
+    /// the pool (one CAS).
+    ///
+    /// # Safety
+    /// `block` was acquired from this cache's pool (through any cache or the
+    /// pool itself) and is released once.
+    #[inline]
+    pub unsafe fn release(&mut self, block: RawBlock) {
+        if self.len == N {
+            self.spill(Self::HALF);
+        }
+        self.blocks[self.len].write(block);
+        self.len += 1;
+    }
+
+    /// Returns the top `count` stashed blocks to the pool in one push.
+    fn spill(&mut self, count: usize) {
+        let from = self.len - count;
+        self.len = from;
+        let blocks = self.blocks[from..from + count].iter().map(|slot| {
+            // SAFETY: slots `from..from + count` held blocks; `len` no longer
+            // counts them, so each is moved out exactly once.
+            unsafe { slot.assume_init_read() }
+        });
+        // SAFETY: stashed blocks belong to this pool (release's contract)
+        // and are released once.
+        unsafe { self.pool.release_raw_all(blocks) };
+    }
+
+    /// Returns every stashed block to the pool (one CAS).
+    pub fn flush(&mut self) {
+        if self.len > 0 {
+            self.spill(self.len);
+        }
+    }
+}
+
+impl<P: Deref<Target = BlockPool>, const N: usize> Drop for BlockCache<P, N> {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -707,6 +952,7 @@ static_assertions::assert_impl_all!(Block<'static>: Send);
 static_assertions::assert_not_impl_any!(Block<'static>: Sync, Clone);
 static_assertions::assert_not_impl_any!(RawBlock: Clone, Copy);
 static_assertions::assert_eq_size!(RawBlock, [u64; 2]);
+static_assertions::assert_impl_all!(BlockCache<std::sync::Arc<BlockPool>>: Send);
 
 #[cfg(all(test, not(loom)))]
 mod tests {
@@ -889,6 +1135,113 @@ mod tests {
         let b = pool(16, 2, None);
         let block = a.acquire().unwrap();
         b.release(block);
+    }
+
+    #[test]
+    fn pop_chain_takes_up_to_max_in_list_order() {
+        let mut p = pool(16, 8, None);
+        p.preallocate(8).unwrap();
+        let (first, count) = p.pop_chain(3).unwrap();
+        assert_eq!(count, 3);
+        assert_eq!(p.count_free(), 5);
+        let mut chain = vec![first];
+        for _ in 1..count {
+            // SAFETY: the chain is ours; its links are stable.
+            let next = unsafe { p.next_of(*chain.last().unwrap()) }.load(Ordering::Relaxed);
+            chain.push(next);
+        }
+        assert_eq!(chain, [0, 1, 2], "fresh chunks are pushed in index order");
+        let (_, rest) = p.pop_chain(100).unwrap();
+        assert_eq!(rest, 5, "a short list gives what it has");
+        assert!(p.pop_chain(1).is_none());
+        assert_eq!(p.count_free(), 0);
+    }
+
+    #[test]
+    fn cache_refills_half_and_spills_half_with_one_push() {
+        let mut p = pool(16, 64, None);
+        p.preallocate(64).unwrap();
+        {
+            let mut cache: BlockCache<&BlockPool, 8> = BlockCache::new(&p);
+            let a = cache.acquire().unwrap();
+            assert_eq!(
+                cache.len(),
+                4,
+                "refill took half a stash plus the one returned"
+            );
+            let mut held = vec![a];
+            for _ in 0..4 {
+                held.push(cache.acquire().unwrap());
+            }
+            assert_eq!(cache.len(), 0, "served from the stash");
+            let mut indices: Vec<u32> = held.iter().map(|b| b.index()).collect();
+            indices.sort_unstable();
+            indices.dedup();
+            assert_eq!(indices.len(), 5, "distinct blocks");
+            held.push(cache.acquire().unwrap());
+            assert_eq!(cache.len(), 4, "second refill");
+            for b in held {
+                // SAFETY: acquired from this cache's pool, released once.
+                unsafe { cache.release(b) };
+            }
+            assert_eq!(cache.len(), 6, "4 + 6 released = 10 > 8: spilled 4");
+        }
+        assert_eq!(p.count_free(), 64, "drop flushed the stash");
+    }
+
+    #[test]
+    fn cache_grows_an_empty_pool_and_reports_the_cap() {
+        let mut p = pool(16, 2, Some(3));
+        {
+            let mut cache: BlockCache<&BlockPool, 4> = BlockCache::new(&p);
+            let held: Vec<_> = (0..3).map(|_| cache.acquire().unwrap()).collect();
+            let e = cache.acquire().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::ResourceExhausted);
+            for b in held {
+                // SAFETY: acquired from this cache's pool, released once.
+                unsafe { cache.release(b) };
+            }
+            cache.flush();
+            assert!(cache.is_empty());
+        }
+        assert_eq!(p.count_free(), 3);
+    }
+
+    #[test]
+    fn caches_on_threads_never_share_a_block() {
+        let mut p = pool(64, 4, None);
+        std::thread::scope(|s| {
+            for t in 0..3u8 {
+                let p = &p;
+                s.spawn(move || {
+                    let mut cache: BlockCache<&BlockPool, 4> = BlockCache::new(p);
+                    let mut held = Vec::new();
+                    for round in 0..if cfg!(miri) { 40 } else { 3000u32 } {
+                        let b = cache.acquire().unwrap();
+                        let tag = t.wrapping_mul(61).wrapping_add(round as u8);
+                        // SAFETY: we own the block.
+                        unsafe { ptr::write_bytes(b.as_ptr().as_ptr(), tag, 64) };
+                        held.push((b, tag));
+                        if round % 3 == 2 {
+                            for (b, tag) in held.drain(..) {
+                                // SAFETY: as above.
+                                let bytes =
+                                    unsafe { std::slice::from_raw_parts(b.as_ptr().as_ptr(), 64) };
+                                assert!(bytes.iter().all(|&x| x == tag), "block shared");
+                                // SAFETY: acquired from this cache's pool.
+                                unsafe { cache.release(b) };
+                            }
+                        }
+                    }
+                    for (b, _) in held {
+                        // SAFETY: acquired from this cache's pool.
+                        unsafe { cache.release(b) };
+                    }
+                });
+            }
+        });
+        let cap = p.capacity();
+        assert_eq!(p.count_free(), cap, "every block came back");
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! Memory that crosses threads without the global allocator: a lock-free
-//! [`BlockPool`] of fixed-size blocks and a single-owner bump [`Arena`] over
-//! its blocks.
+//! [`BlockPool`] of fixed-size blocks, a per-owner [`BlockCache`] in front of
+//! it, and a single-owner bump [`Arena`] over its blocks.
 
 mod arena;
 mod block_pool;
 
 pub use arena::Arena;
-pub use block_pool::{Block, BlockPool, BlockPoolConfig, RawBlock};
+pub use block_pool::{Block, BlockCache, BlockPool, BlockPoolConfig, RawBlock};
