@@ -38,7 +38,7 @@ use std::mem::{self, MaybeUninit};
 use std::ops::Deref;
 use std::ptr::{self, NonNull};
 
-use crossbeam_utils::CachePadded;
+use crossbeam_utils::{Backoff, CachePadded};
 
 use crate::error::{Error, ErrorKind};
 use crate::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -307,6 +307,7 @@ impl BlockPool {
     unsafe fn push_chain(&self, first: u32, last: u32) {
         // SAFETY: `last` belongs to this pool.
         let last_next = unsafe { self.next_of(last) };
+        let backoff = Backoff::new();
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             let (top, generation) = unpack(head);
@@ -320,7 +321,10 @@ impl BlockPool {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return,
-                Err(now) => head = now,
+                Err(now) => {
+                    backoff.spin();
+                    head = now;
+                }
             }
         }
     }
@@ -329,6 +333,7 @@ impl BlockPool {
     #[inline]
     fn pop(&self) -> Option<u32> {
         let mut head = self.head.load(Ordering::Acquire);
+        let backoff = Backoff::new();
         loop {
             let (top, generation) = unpack(head);
             if top == NIL {
@@ -347,7 +352,10 @@ impl BlockPool {
                 Ordering::Acquire,
             ) {
                 Ok(_) => return Some(top),
-                Err(now) => head = now,
+                Err(now) => {
+                    backoff.spin();
+                    head = now;
+                }
             }
         }
     }
@@ -365,6 +373,7 @@ impl BlockPool {
     /// Acquire load (every push is a release RMW on `head`).
     #[inline]
     fn pop_chain(&self, max: u32) -> Option<(u32, u32)> {
+        let backoff = Backoff::new();
         let mut head = self.head.load(Ordering::Acquire);
         loop {
             let (top, generation) = unpack(head);
@@ -387,7 +396,10 @@ impl BlockPool {
                 Ordering::Acquire,
             ) {
                 Ok(_) => return Some((top, count)),
-                Err(now) => head = now,
+                Err(now) => {
+                    backoff.spin();
+                    head = now;
+                }
             }
         }
     }
