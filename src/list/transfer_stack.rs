@@ -151,3 +151,22 @@ impl<T: Linked<SingleLinks<T>>> TransferStack<T> {
         unsafe { SList::from_raw_parts(oldest, top, len) }
     }
 }
+
+#[cfg(not(loom))]
+mod assertions {
+    use super::TransferStack;
+    use crate::list::{DList, DoubleLinks, SList, SingleLinks};
+
+    struct Node {
+        single: SingleLinks<Node>,
+        double: DoubleLinks<Node>,
+    }
+    crate::impl_linked!(Node, single: SingleLinks<Node>);
+    crate::impl_linked!(Node, double: DoubleLinks<Node>);
+
+    static_assertions::assert_impl_all!(TransferStack<Node>: Send, Sync);
+    static_assertions::assert_impl_all!(SList<Node>: Send);
+    static_assertions::assert_impl_all!(DList<Node>: Send);
+    static_assertions::assert_not_impl_any!(SList<Node>: Sync, Clone);
+    static_assertions::assert_not_impl_any!(DList<Node>: Sync, Clone);
+}
