@@ -13,6 +13,9 @@
 //!   room, one CAS per 16 blocks moved), the path an owner that loops takes
 //!   (an executor worker, a queue's issuer).
 //! - `box`: `Box::<[u8; N]>::new_uninit()` and drop (the global allocator).
+//! - `floor_two_cas` (1-thread group only): two uncontended
+//!   `compare_exchange` on one `AtomicU64`, what any shared free list pays
+//!   for a pop and a push: the physical floor of the `fenceline` row.
 //! - `mutex_vec_pool`: the simple pool a `BlockPool` replaces,
 //!   `Mutex<Vec<Box<[MaybeUninit<u8>; N]>>>`, preallocated; pop under the
 //!   lock, push back under the lock.
@@ -31,6 +34,7 @@
 
 use std::hint::black_box;
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -92,6 +96,15 @@ fn fenceline_cache_pair(cache: &mut BlockCache<&BlockPool>) {
     black_box(block.as_ptr());
     // SAFETY: the block came from this cache's pool and is released once.
     unsafe { cache.release(block) };
+}
+
+/// A pop's and a push's CAS on a shared head, and nothing else.
+#[inline(always)]
+fn two_cas(head: &AtomicU64) {
+    let v = head.load(Ordering::Acquire);
+    let _ = black_box(head.compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Acquire));
+    let v = head.load(Ordering::Relaxed);
+    let _ = black_box(head.compare_exchange(v, v + 1, Ordering::Release, Ordering::Relaxed));
 }
 
 #[inline(always)]
@@ -157,6 +170,8 @@ fn one_thread<const N: usize>(c: &mut Criterion) {
     group.bench_function("mutex_vec_pool", |b| {
         b.iter(|| mutex_vec_pool_pair(&mutex_pool))
     });
+    let head = AtomicU64::new(0);
+    group.bench_function("floor_two_cas", |b| b.iter(|| two_cas(black_box(&head))));
     group.finish();
 }
 
