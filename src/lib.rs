@@ -19,6 +19,8 @@
 mod error;
 pub mod list;
 pub mod pool;
+pub mod semaphore;
 mod sync;
 
 pub use error::{Error, ErrorKind};
+pub use semaphore::{wait_all, wait_any, Semaphore, Timeout};

@@ -13,8 +13,14 @@
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::Arc;
+    pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use std::thread;
+
+    /// Parks the current thread for at most `timeout` (loom has no time:
+    /// there it parks until unparked).
+    pub(crate) fn park_timeout(timeout: std::time::Duration) {
+        std::thread::park_timeout(timeout)
+    }
 
     pub(crate) mod atomic {
         pub(crate) use std::sync::atomic::{
@@ -60,8 +66,14 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
-    pub(crate) use loom::sync::Arc;
+    pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use loom::thread;
+
+    /// Parks the current thread for at most `timeout` (loom has no time:
+    /// there it parks until unparked).
+    pub(crate) fn park_timeout(_timeout: std::time::Duration) {
+        loom::thread::park()
+    }
 
     pub(crate) mod atomic {
         pub(crate) use loom::sync::atomic::{

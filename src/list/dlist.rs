@@ -101,6 +101,39 @@ impl<T: Linked<DoubleLinks<T>>> DList<T> {
         self.len += 1;
     }
 
+    /// Links `node` right after `at`, or at the front when `at` is `None`.
+    ///
+    /// # Safety
+    /// As for [`push_back`](Self::push_back), and `at` (if any) is linked in
+    /// this list.
+    pub unsafe fn insert_after(&mut self, at: Option<NonNull<T>>, node: NonNull<T>) {
+        let Some(at) = at else {
+            // SAFETY: forwarded contract.
+            return unsafe { self.push_front(node) };
+        };
+        // SAFETY: `at` and its successor are linked here; `node` is ours.
+        unsafe {
+            let next = dnext(at);
+            set_dprev(node, Some(at));
+            set_dnext(node, next);
+            set_dnext(at, Some(node));
+            match next {
+                Some(n) => set_dprev(n, Some(node)),
+                None => self.tail = Some(node),
+            }
+        }
+        self.len += 1;
+    }
+
+    /// The node before `node`.
+    ///
+    /// # Safety
+    /// `node` is linked in this list.
+    pub unsafe fn prev(&self, node: NonNull<T>) -> Option<NonNull<T>> {
+        // SAFETY: linked, hence valid.
+        unsafe { dprev(node) }
+    }
+
     /// Unlinks and returns the first node.
     pub fn pop_front(&mut self) -> Option<NonNull<T>> {
         let node = self.head?;

@@ -357,3 +357,20 @@ fn transfer_stack_threads_each_node_taken_once_in_push_order() {
     sorted.sort_unstable();
     assert_eq!(sorted, (0..2 * PER).collect::<Vec<_>>());
 }
+
+#[test]
+fn dlist_insert_after_front_middle_back() {
+    let nodes = Nodes::new(5);
+    let mut list = dlist(&nodes, [1, 3]);
+    // SAFETY: nodes 0, 2, 4 are unlinked; 1 and 3 are linked in `list`.
+    unsafe {
+        list.insert_after(None, nodes.get(0));
+        list.insert_after(Some(nodes.get(1)), nodes.get(2));
+        list.insert_after(Some(nodes.get(3)), nodes.get(4));
+    }
+    check_dlist(&list, &[0, 1, 2, 3, 4]);
+    // SAFETY: node 2 is linked.
+    assert_eq!(unsafe { list.prev(nodes.get(2)) }.map(val), Some(1));
+    // SAFETY: node 0 is linked.
+    assert_eq!(unsafe { list.prev(nodes.get(0)) }, None);
+}

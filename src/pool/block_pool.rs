@@ -956,6 +956,16 @@ pub struct RawBlock {
 unsafe impl Send for RawBlock {}
 
 impl RawBlock {
+    /// Rebuilds a raw block from its parts.
+    ///
+    /// # Safety
+    /// `ptr` and `index` are those of one block of one pool, owned by the
+    /// caller (e.g. an object placed at the start of its block that kept
+    /// the index).
+    pub(crate) unsafe fn from_parts(ptr: NonNull<u8>, index: u32) -> RawBlock {
+        RawBlock { ptr, index }
+    }
+
     /// Start of the block's memory.
     pub fn as_ptr(&self) -> NonNull<u8> {
         self.ptr

@@ -1,0 +1,13 @@
+//! Timeline semaphores: a `u64` that only grows (or fails), host waits that
+//! park, and intrusive [`Timepoint`]s for queues and devices.
+
+#[allow(clippy::module_inception)]
+mod semaphore;
+mod timeout;
+pub mod timepoint;
+mod wait;
+
+pub use semaphore::{Registration, Semaphore};
+pub use timeout::Timeout;
+pub use timepoint::{Timepoint, TimepointFn, TimepointPool};
+pub use wait::{wait_all, wait_any, INLINE_WAITS};

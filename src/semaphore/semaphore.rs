@@ -1,0 +1,388 @@
+//! `Semaphore`: a timeline semaphore (a `u64` that only grows, or fails).
+//!
+//! # Synchronization
+//!
+//! `value` is the only thing the fast paths touch: `query` is one load,
+//! `signal` one CAS and, when nobody waits, one more load. Registered
+//! timepoints sit in a list ordered by value behind a short critical section
+//! (a `Mutex`), held for O(k + 1) work when k timepoints fire and never while
+//! a callback runs. The list is **not** lock-free; the fast paths are.
+//!
+//! No lost wake-up: a registration stores `waiting` and then reads `value`
+//! with a read-modify-write; a signal CASes `value` (acquire-release) and
+//! then reads `waiting`. RMWs on `value` are totally ordered: if the
+//! registration's RMW comes first, the signal's CAS acquires it and sees
+//! `waiting != 0`, so it takes the lock and fires the timepoint; if the
+//! signal's CAS comes first, the registration reads the new value and
+//! answers "reached". Who unlinks a timepoint, under the lock, fires it, so
+//! it fires exactly once.
+
+use std::fmt;
+use std::ptr::{self, NonNull};
+
+use crossbeam_utils::CachePadded;
+
+use super::timepoint::Timepoint;
+use crate::error::{Error, ErrorKind};
+use crate::list::DList;
+use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Arc, Mutex, MutexGuard};
+
+/// The value that marks a failed semaphore; never a valid payload.
+pub(crate) const FAILED: u64 = u64::MAX;
+
+/// A timeline semaphore: a cheap `Clone + Send + Sync` handle to a `u64`
+/// payload that only grows, or that has failed with an [`Error`].
+///
+/// - [`signal(v)`](Self::signal) raises the value to `v`; `v` must be above
+///   the current value (each value is signalled once) and below `u64::MAX`.
+/// - [`fail(e)`](Self::fail) ends the timeline: the first failure is kept
+///   and every later `query`, `wait` and `signal` returns it (kind kept).
+/// - [`wait(v, timeout)`](Self::wait) blocks until the value is `>= v`, the
+///   semaphore fails, or the timeout elapses (`DeadlineExceeded`, never
+///   before the timeout). It spins briefly, then parks.
+///
+/// ```
+/// use std::time::Duration;
+/// use fenceline::{Semaphore, Timeout};
+/// let s = Semaphore::new(0);
+/// let t = { let s = s.clone(); std::thread::spawn(move || s.signal(2)) };
+/// s.wait(2, Duration::from_secs(5))?;
+/// assert_eq!(s.query()?, 2);
+/// t.join().unwrap()?;
+/// # Ok::<(), fenceline::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    value: CachePadded<AtomicU64>,
+    /// Timepoints in `waiters.list`; written under the lock, read by signals.
+    waiting: AtomicUsize,
+    /// The first failure, set once before `value` becomes `FAILED`.
+    failure: AtomicPtr<Error>,
+    waiters: Mutex<Waiters>,
+}
+
+/// State guarded by the semaphore's lock.
+struct Waiters {
+    /// Registered timepoints, ordered by value (ties in registration order).
+    list: DList<Timepoint>,
+    /// Timepoints compared or unlinked so far (a cost counter for tests).
+    examined: u64,
+}
+
+/// The answer of [`Semaphore::register`].
+#[derive(Debug)]
+pub enum Registration {
+    /// Linked: the callback will run once (unless `cancel` returns `true`).
+    Pending,
+    /// The value was already reached; the callback will not run.
+    Reached,
+    /// The semaphore had failed; the callback will not run.
+    Failed(Error),
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Semaphore");
+        match self.query() {
+            Ok(v) => d.field("value", &v),
+            Err(e) => d.field("failed", &e),
+        };
+        d.finish()
+    }
+}
+
+impl Semaphore {
+    /// A semaphore at `initial` (which must be below `u64::MAX`; a larger
+    /// value is clamped to `u64::MAX - 1`).
+    pub fn new(initial: u64) -> Semaphore {
+        Semaphore {
+            inner: Arc::new(Inner {
+                value: CachePadded::new(AtomicU64::new(initial.min(FAILED - 1))),
+                waiting: AtomicUsize::new(0),
+                failure: AtomicPtr::new(ptr::null_mut()),
+                waiters: Mutex::new(Waiters {
+                    list: DList::new(),
+                    examined: 0,
+                }),
+            }),
+        }
+    }
+
+    /// Whether two handles name the same semaphore.
+    pub fn same(&self, other: &Semaphore) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The current value, or the failure. One atomic load when not failed.
+    #[inline]
+    pub fn query(&self) -> Result<u64, Error> {
+        // Acquire: whoever signalled this value released its writes.
+        let value = self.inner.value.load(Ordering::Acquire);
+        if value == FAILED {
+            return Err(self.inner.failure());
+        }
+        Ok(value)
+    }
+
+    /// Raises the value to `value` and fires the timepoints it reaches.
+    ///
+    /// Errors: `InvalidArgument` if `value` is not above the current value
+    /// (the value is unchanged) or is `u64::MAX`; the failure if the
+    /// semaphore failed.
+    #[inline]
+    pub fn signal(&self, value: u64) -> Result<(), Error> {
+        let inner = &*self.inner;
+        let mut current = inner.value.load(Ordering::Relaxed);
+        loop {
+            if current == FAILED {
+                return Err(inner.failure());
+            }
+            if value <= current || value == FAILED {
+                return Err(signal_error(value, current));
+            }
+            // AcqRel: Release publishes the signaller's writes to waiters;
+            // Acquire pairs with a registration's RMW (see module docs).
+            match inner.value.compare_exchange_weak(
+                current,
+                value,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => current = now,
+            }
+        }
+        if inner.waiting.load(Ordering::Relaxed) != 0 {
+            inner.fire_reached();
+        }
+        Ok(())
+    }
+
+    /// Fails the semaphore with `error` unless it already failed (the first
+    /// failure wins). Every registered timepoint fires with the error.
+    pub fn fail(&self, error: Error) {
+        let inner = &*self.inner;
+        let boxed = Box::into_raw(Box::new(error));
+        // AcqRel: publish the error before `value` says FAILED (Release);
+        // Acquire on failure to read the winner if we lost.
+        if inner
+            .failure
+            .compare_exchange(ptr::null_mut(), boxed, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // SAFETY: `boxed` was never published.
+            drop(unsafe { Box::from_raw(boxed) });
+            return;
+        }
+        // AcqRel: pairs with registrations' RMWs like a signal's CAS.
+        inner.value.swap(FAILED, Ordering::AcqRel);
+        let error = inner.failure();
+        let fired = {
+            let mut waiters = inner.lock();
+            let fired = waiters.list.take_all();
+            mark_unlinked(&fired);
+            waiters.examined += fired.len() as u64;
+            inner.waiting.store(0, Ordering::Relaxed);
+            fired
+        };
+        fire_all(fired, Err(error));
+    }
+
+    /// Registers `tp` to fire when the value reaches `tp.value()` or the
+    /// semaphore fails. O(1) when values are registered in increasing
+    /// order (the common chain), O(n) at worst.
+    ///
+    /// # Safety
+    /// `tp` is valid, not registered anywhere, and stays valid and unmoved
+    /// until its callback runs or [`cancel`](Self::cancel) returns `true`
+    /// (see the timepoint contract in [`timepoint`](super::timepoint)).
+    pub unsafe fn register(&self, tp: NonNull<Timepoint>) -> Registration {
+        let inner = &*self.inner;
+        // SAFETY: valid per contract.
+        let target = unsafe { tp.as_ref() }.value();
+        if let Some(done) = inner.check(target) {
+            return done;
+        }
+        let mut waiters = inner.lock();
+        let n = waiters.list.len();
+        inner.waiting.store(n + 1, Ordering::Relaxed);
+        // An RMW, not a load: it reads the latest value in `value`'s total
+        // order and releases the `waiting` store to the next signal's CAS.
+        let current = inner.value.fetch_add(0, Ordering::AcqRel);
+        if current == FAILED || current >= target {
+            inner.waiting.store(n, Ordering::Relaxed);
+            drop(waiters);
+            return inner.check(target).unwrap_or(Registration::Reached);
+        }
+        // Insert after the last timepoint with a value <= target.
+        let mut at = waiters.list.back();
+        while let Some(node) = at {
+            waiters.examined += 1;
+            // SAFETY: linked nodes are valid (their owners' contract).
+            if unsafe { node.as_ref() }.value() <= target {
+                break;
+            }
+            // SAFETY: `node` is linked in this list.
+            at = unsafe { waiters.list.prev(node) };
+        }
+        // SAFETY: `tp` is ours to link (contract), `at` is linked here.
+        unsafe {
+            waiters.list.insert_after(at, tp);
+            tp.as_ref().linked.with_mut(|l| *l = true);
+        }
+        Registration::Pending
+    }
+
+    /// Unlinks `tp` if it is still registered: `true` means its callback
+    /// will never run; `false` means it has run or is running.
+    ///
+    /// # Safety
+    /// `tp` is valid and was registered on this semaphore (or never
+    /// registered anywhere).
+    pub unsafe fn cancel(&self, tp: NonNull<Timepoint>) -> bool {
+        let inner = &*self.inner;
+        let mut waiters = inner.lock();
+        // SAFETY: valid per contract; `linked` is guarded by this lock.
+        let linked = unsafe { tp.as_ref() }.linked.with(|l| unsafe { *l });
+        if !linked {
+            return false;
+        }
+        // SAFETY: linked in this semaphore's list (contract + flag).
+        unsafe {
+            waiters.list.erase(tp);
+            tp.as_ref().linked.with_mut(|l| *l = false);
+        }
+        inner.waiting.store(waiters.list.len(), Ordering::Relaxed);
+        true
+    }
+
+    /// Timepoints this semaphore has compared or unlinked so far: a cost
+    /// counter for tests proving that a signal's work does not grow with
+    /// the number of timepoints left registered.
+    #[doc(hidden)]
+    pub fn timepoints_examined(&self) -> u64 {
+        self.inner.lock().examined
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Waiters> {
+        // A panic cannot happen while the lock is held (no user code runs
+        // under it), so poisoning is impossible; recover anyway.
+        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The stored failure. Only called once `value == FAILED` was seen,
+    /// which happens after the failure was published.
+    fn failure(&self) -> Error {
+        let p = self.failure.load(Ordering::Acquire);
+        if p.is_null() {
+            return Error::new(ErrorKind::Internal, "semaphore failed without an error");
+        }
+        // SAFETY: set once, freed only when the last handle drops.
+        unsafe { (*p).clone() }
+    }
+
+    /// `Some` answer when `target` is reached or the semaphore failed.
+    fn check(&self, target: u64) -> Option<Registration> {
+        match self.value.load(Ordering::Acquire) {
+            FAILED => Some(Registration::Failed(self.failure())),
+            v if v >= target => Some(Registration::Reached),
+            _ => None,
+        }
+    }
+
+    /// Unlinks every timepoint the current value reaches and fires them
+    /// after unlocking. O(k + 1) for k fired.
+    #[cold]
+    fn fire_reached(&self) {
+        let mut fired = DList::new();
+        {
+            let mut waiters = self.lock();
+            let current = self.value.load(Ordering::Acquire);
+            if current == FAILED {
+                return; // `fail` fires everything
+            }
+            while let Some(node) = waiters.list.front() {
+                waiters.examined += 1;
+                // SAFETY: linked nodes are valid.
+                if unsafe { node.as_ref() }.value() > current {
+                    break;
+                }
+                waiters.list.pop_front();
+                // SAFETY: `node` was just unlinked; it stays valid until fired.
+                unsafe { fired.push_back(node) };
+                // SAFETY: as above; the flag is guarded by the lock we hold.
+                unsafe { node.as_ref() }
+                    .linked
+                    .with_mut(|l| unsafe { *l = false });
+            }
+            self.waiting.store(waiters.list.len(), Ordering::Relaxed);
+        }
+        fire_all(fired, Ok(()));
+    }
+}
+
+/// Clears the `linked` flag of every node of `taken` (just unlinked from a
+/// semaphore's list). Must run under that semaphore's lock, so a `cancel`
+/// never sees a stale `true`.
+fn mark_unlinked(taken: &DList<Timepoint>) {
+    for node in taken.iter() {
+        // SAFETY: the nodes are valid until fired; the flag is guarded by the
+        // lock our caller holds.
+        unsafe { node.as_ref() }
+            .linked
+            .with_mut(|l| unsafe { *l = false });
+    }
+}
+
+/// Fires each timepoint of `fired` (unlinked, flags cleared), with no lock
+/// held.
+fn fire_all(mut fired: DList<Timepoint>, result: Result<(), Error>) {
+    while let Some(node) = fired.pop_front() {
+        // SAFETY: unlinked under the lock and now owned by us; popped from
+        // our local list before the callback may free it.
+        unsafe { Timepoint::fire(node, result.clone()) };
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let waiters = self.waiters.get_mut().unwrap_or_else(|p| p.into_inner());
+        let stranded = waiters.list.take_all();
+        mark_unlinked(&stranded);
+        fire_all(
+            stranded,
+            Err(Error::new(
+                ErrorKind::Cancelled,
+                "semaphore dropped while timepoints were registered",
+            )),
+        );
+        let p = self.failure.swap(ptr::null_mut(), Ordering::Relaxed);
+        if !p.is_null() {
+            // SAFETY: set once from `Box::into_raw`, freed once here.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+fn signal_error(value: u64, current: u64) -> Error {
+    if value == FAILED {
+        Error::new(
+            ErrorKind::InvalidArgument,
+            "signal(u64::MAX): the largest value is reserved",
+        )
+    } else {
+        Error::new(
+            ErrorKind::InvalidArgument,
+            format!("signal({value}): not above the current value {current}"),
+        )
+    }
+}
+
+static_assertions::assert_impl_all!(Semaphore: Send, Sync, Clone);

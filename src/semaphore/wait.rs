@@ -1,0 +1,237 @@
+//! Host waits: a thread blocks until semaphores reach values.
+//!
+//! A wait checks the values first (no lock, no allocation), spins briefly,
+//! then registers one timepoint per unreached semaphore and parks. The
+//! timepoints live on the waiting thread's stack (up to [`INLINE_WAITS`]
+//! semaphores; more use one heap array), so a wait allocates nothing. The
+//! semaphores' values stay the source of truth: a timepoint only wakes the
+//! thread, which re-checks, so spurious wake-ups are harmless.
+
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+use std::time::Instant;
+
+use super::semaphore::{Registration, Semaphore};
+use super::timeout::Timeout;
+use super::timepoint::Timepoint;
+use crate::error::{Error, ErrorKind};
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::thread::{self, Thread};
+
+/// Semaphores one wait can watch without touching the heap.
+pub const INLINE_WAITS: usize = 8;
+
+impl Semaphore {
+    /// Blocks until the value is `>= value` (Ok), the semaphore fails (its
+    /// error), or `timeout` elapses (`DeadlineExceeded`, never earlier).
+    pub fn wait(&self, value: u64, timeout: impl Into<Timeout>) -> Result<(), Error> {
+        wait_all(&[(self, value)], timeout)
+    }
+}
+
+/// Blocks until every `(semaphore, value)` is reached. A failure of any
+/// of them ends the wait with that failure; the others are untouched.
+///
+/// Errors: the failure; `DeadlineExceeded` when `timeout` elapsed first.
+pub fn wait_all(list: &[(&Semaphore, u64)], timeout: impl Into<Timeout>) -> Result<(), Error> {
+    wait_many(list, Mode::All, timeout.into()).map(|_| ())
+}
+
+/// Blocks until one `(semaphore, value)` is reached and returns its index
+/// (the lowest reached index). A failure of any of them ends the wait with
+/// that failure. An empty list is `InvalidArgument`.
+pub fn wait_any(list: &[(&Semaphore, u64)], timeout: impl Into<Timeout>) -> Result<usize, Error> {
+    if list.is_empty() {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "wait_any on an empty list can never be satisfied",
+        ));
+    }
+    wait_many(list, Mode::Any, timeout.into())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    All,
+    Any,
+}
+
+/// `Some(result)` when the wait is over, judged from the values alone.
+fn check(list: &[(&Semaphore, u64)], mode: Mode) -> Option<Result<usize, Error>> {
+    let mut all = true;
+    for (i, (sem, value)) in list.iter().enumerate() {
+        match sem.query() {
+            Err(e) => return Some(Err(e)),
+            Ok(v) if v >= *value => {
+                if mode == Mode::Any {
+                    return Some(Ok(i));
+                }
+            }
+            Ok(_) => all = false,
+        }
+    }
+    // `All` with every value reached (or an empty list).
+    (mode == Mode::All && all).then_some(Ok(0))
+}
+
+/// The waiting thread, shared by its timepoints.
+struct Waiter {
+    thread: Thread,
+}
+
+/// One registered timepoint of a host wait.
+#[repr(C)]
+struct WaitNode {
+    /// First field: the callback gets a pointer to it and casts back.
+    tp: Timepoint,
+    /// Set by the callback as its last access to the node.
+    done: AtomicBool,
+    registered: bool,
+}
+
+/// Callback of a host-wait timepoint: wake the waiter.
+///
+/// # Safety
+/// `tp` is the `tp` field of a live `WaitNode` whose context is a live
+/// `Waiter` (the waiting thread keeps both until `done` is set).
+unsafe fn wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
+    let node = tp.cast::<WaitNode>();
+    // SAFETY: both alive until `done` is set below (contract).
+    let thread = unsafe { (*tp.as_ref().context().cast::<Waiter>()).thread.clone() };
+    // Release: the waiter may return (and free the node) once it sees this;
+    // after this store we touch neither the node nor the waiter.
+    // SAFETY: as above.
+    unsafe { node.as_ref() }.done.store(true, Ordering::Release);
+    thread.unpark();
+}
+
+fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result<usize, Error> {
+    if let Some(done) = check(list, mode) {
+        return done;
+    }
+    let start = Instant::now();
+    let deadline = timeout.deadline_from(start);
+    if timeout == Timeout::Immediate {
+        return Err(deadline_exceeded(timeout));
+    }
+    // Spin a little: a signal from another core often lands within a few
+    // hundred nanoseconds, far cheaper than parking. (Not under loom, whose
+    // scheduler would explore every spin.)
+    #[cfg(not(loom))]
+    {
+        let backoff = crossbeam_utils::Backoff::new();
+        while !backoff.is_completed() {
+            backoff.snooze();
+            if let Some(done) = check(list, mode) {
+                return done;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(deadline_exceeded(timeout));
+            }
+        }
+    }
+    let waiter = Waiter {
+        thread: thread::current(),
+    };
+    let context = (&waiter as *const Waiter).cast::<()>();
+    let mut inline: [MaybeUninit<WaitNode>; INLINE_WAITS] =
+        [const { MaybeUninit::uninit() }; INLINE_WAITS];
+    let mut heap: Vec<MaybeUninit<WaitNode>> = Vec::new();
+    let nodes: &mut [MaybeUninit<WaitNode>] = if list.len() <= INLINE_WAITS {
+        &mut inline[..list.len()]
+    } else {
+        heap.resize_with(list.len(), MaybeUninit::uninit);
+        &mut heap[..]
+    };
+    for (slot, (_, value)) in nodes.iter_mut().zip(list) {
+        slot.write(WaitNode {
+            tp: Timepoint::new(*value, wake, context),
+            done: AtomicBool::new(false),
+            registered: false,
+        });
+    }
+    // From here the nodes must not move: `nodes` is neither resized nor
+    // moved until `unregister` below has run.
+    let result = park_until(list, nodes, mode, timeout, deadline);
+    unregister(list, nodes);
+    for slot in nodes.iter_mut() {
+        // SAFETY: every slot was written above and is dropped once.
+        unsafe { slot.assume_init_drop() };
+    }
+    result
+}
+
+fn node_ptr(slot: &mut MaybeUninit<WaitNode>) -> NonNull<Timepoint> {
+    NonNull::from(slot).cast::<WaitNode>().cast::<Timepoint>()
+}
+
+fn park_until(
+    list: &[(&Semaphore, u64)],
+    nodes: &mut [MaybeUninit<WaitNode>],
+    mode: Mode,
+    timeout: Timeout,
+    deadline: Option<Instant>,
+) -> Result<usize, Error> {
+    for (i, (slot, (sem, _))) in nodes.iter_mut().zip(list).enumerate() {
+        let tp = node_ptr(slot);
+        // SAFETY: the node is initialized, unregistered, and stays put until
+        // `unregister` (see `wait_many`).
+        match unsafe { sem.register(tp) } {
+            Registration::Pending => {
+                // SAFETY: initialized above; only this thread writes `registered`.
+                unsafe { slot.assume_init_mut() }.registered = true;
+            }
+            Registration::Failed(e) => return Err(e),
+            Registration::Reached if mode == Mode::Any => return Ok(i),
+            Registration::Reached => {}
+        }
+    }
+    loop {
+        if let Some(done) = check(list, mode) {
+            return done;
+        }
+        match deadline {
+            None => crate::sync::thread::park(),
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Err(deadline_exceeded(timeout));
+                }
+                crate::sync::park_timeout(d - now);
+            }
+        }
+    }
+}
+
+/// Cancels every registered node; for one whose callback is already
+/// running, waits until the callback is done with it.
+fn unregister(list: &[(&Semaphore, u64)], nodes: &mut [MaybeUninit<WaitNode>]) {
+    for (slot, (sem, _)) in nodes.iter_mut().zip(list) {
+        // SAFETY: initialized in `wait_many`.
+        if !unsafe { slot.assume_init_ref() }.registered {
+            continue;
+        }
+        let tp = node_ptr(slot);
+        // SAFETY: registered on `sem` and still valid.
+        if unsafe { sem.cancel(tp) } {
+            continue;
+        }
+        // The callback owns the node until it sets `done` (a few
+        // instructions after unlinking it): wait for that.
+        // SAFETY: initialized; `done` is atomic.
+        let done = &unsafe { slot.assume_init_ref() }.done;
+        while !done.load(Ordering::Acquire) {
+            crate::sync::thread::yield_now();
+        }
+    }
+}
+
+fn deadline_exceeded(timeout: Timeout) -> Error {
+    Error::new(
+        ErrorKind::DeadlineExceeded,
+        match timeout {
+            Timeout::Immediate => "wait with Timeout::Immediate: not reached yet",
+            _ => "wait timed out before the semaphores reached their values",
+        },
+    )
+}
