@@ -22,6 +22,7 @@ use std::ptr::{self, NonNull};
 
 use crossbeam_utils::CachePadded;
 
+use super::event_pool::AnyEvent;
 use super::timepoint::Timepoint;
 use crate::error::{Error, ErrorKind};
 use crate::list::DList;
@@ -66,12 +67,32 @@ struct Inner {
     waiters: Mutex<Waiters>,
 }
 
+/// Device signals one semaphore remembers at once.
+pub const DEVICE_SIGNALS: usize = 8;
+
+/// Pruned device signals, dropped after the lock is released (no heap).
+type Stale = [Option<AnyEvent>; DEVICE_SIGNALS];
+
 /// State guarded by the semaphore's lock.
 struct Waiters {
     /// Registered timepoints, ordered by value (ties in registration order).
     list: DList<Timepoint>,
     /// Timepoints compared or unlinked so far (a cost counter for tests).
     examined: u64,
+    /// Recorded device events and the value each brings the semaphore to.
+    device: [Option<(u64, AnyEvent)>; DEVICE_SIGNALS],
+}
+
+impl Waiters {
+    /// Moves out every device signal at or below `current` (useless: the
+    /// value is already reached) into `out`, to be dropped unlocked.
+    fn prune(&mut self, current: u64, out: &mut Stale) {
+        for (entry, slot) in self.device.iter_mut().zip(out.iter_mut()) {
+            if entry.as_ref().is_some_and(|(v, _)| *v <= current) {
+                *slot = entry.take().map(|(_, e)| e);
+            }
+        }
+    }
 }
 
 /// The answer of [`Semaphore::register`].
@@ -108,6 +129,7 @@ impl Semaphore {
                 waiters: Mutex::new(Waiters {
                     list: DList::new(),
                     examined: 0,
+                    device: Default::default(),
                 }),
             }),
         }
@@ -182,15 +204,68 @@ impl Semaphore {
         // AcqRel: pairs with registrations' RMWs like a signal's CAS.
         inner.value.swap(FAILED, Ordering::AcqRel);
         let error = inner.failure();
-        let fired = {
+        let (fired, events) = {
             let mut waiters = inner.lock();
             let fired = waiters.list.take_all();
             mark_unlinked(&fired);
             waiters.examined += fired.len() as u64;
             inner.waiting.store(0, Ordering::Relaxed);
-            fired
+            (fired, std::mem::take(&mut waiters.device))
         };
+        drop(events);
         fire_all(fired, Err(error));
+    }
+
+    /// Records that a device event, once complete, brings this semaphore to
+    /// `value` (the device-wait shortcut: a later device wait on `>= value`
+    /// can wait on the event instead of the host). Keeps at most
+    /// [`DEVICE_SIGNALS`]; returns `false` (and drops `event`) when the
+    /// value is already reached, the semaphore failed, or the table is full
+    /// of values that are still useful: callers then simply wait on the
+    /// host.
+    pub fn record_device_signal(&self, value: u64, event: AnyEvent) -> bool {
+        let mut stale: Stale = Default::default();
+        let recorded = {
+            let mut waiters = self.inner.lock();
+            let current = self.inner.value.load(Ordering::Acquire);
+            if current == FAILED || value <= current {
+                false
+            } else {
+                waiters.prune(current, &mut stale);
+                match waiters.device.iter_mut().find(|e| e.is_none()) {
+                    Some(slot) => {
+                        *slot = Some((value, event.clone()));
+                        true
+                    }
+                    None => false,
+                }
+            }
+        };
+        drop(stale); // released with no lock held
+        drop(event);
+        recorded
+    }
+
+    /// The recorded device event with the **smallest** value `>= value`, with
+    /// a new reference to it (the caller's to drop), or `None`.
+    pub fn device_signal_reaching(&self, value: u64) -> Option<(u64, AnyEvent)> {
+        let mut stale: Stale = Default::default();
+        let found = {
+            let mut waiters = self.inner.lock();
+            let current = self.inner.value.load(Ordering::Acquire);
+            if current != FAILED {
+                waiters.prune(current, &mut stale);
+            }
+            waiters
+                .device
+                .iter()
+                .flatten()
+                .filter(|(v, _)| *v >= value)
+                .min_by_key(|(v, _)| *v)
+                .map(|(v, e)| (*v, e.clone()))
+        };
+        drop(stale);
+        found
     }
 
     /// Registers `tp` to fire when the value reaches `tp.value()` or the
@@ -356,6 +431,7 @@ impl Drop for Inner {
         let waiters = self.waiters.get_mut().unwrap_or_else(|p| p.into_inner());
         let stranded = waiters.list.take_all();
         mark_unlinked(&stranded);
+        waiters.device = Default::default();
         fire_all(
             stranded,
             Err(Error::new(
