@@ -8,6 +8,9 @@
 //!   fixed-size blocks and a bump [`Arena`](pool::Arena) over its blocks;
 //! - [`list`]: intrusive lists on raw pointers, including the
 //!   [`TransferStack`](list::TransferStack) that replaces a queue mutex;
+//! - [`semaphore`]: timeline [`Semaphore`]s with host waits
+//!   ([`wait_all`], [`wait_any`], [`Timeout`]), timepoints and the device
+//!   [`EventPool`](semaphore::EventPool);
 //! - [`Error`] and [`ErrorKind`].
 //!
 //! Every concurrent piece is written against `sync` (std or loom by
@@ -23,4 +26,9 @@ pub mod semaphore;
 mod sync;
 
 pub use error::{Error, ErrorKind};
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 pub use semaphore::{wait_all, wait_any, Semaphore, Timeout};
