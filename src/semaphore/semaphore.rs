@@ -314,7 +314,8 @@ impl Semaphore {
     }
 
     /// Unlinks `tp` if it is still registered: `true` means its callback
-    /// will never run; `false` means it has run or is running.
+    /// will never run; `false` means it is not linked: its callback has run
+    /// or is running (or it was never registered).
     ///
     /// # Safety
     /// `tp` is valid and was registered on this semaphore (or never
