@@ -24,6 +24,7 @@ pub mod list;
 pub mod pool;
 pub mod semaphore;
 mod sync;
+pub mod task;
 
 pub use error::{Error, ErrorKind};
 
@@ -32,3 +33,4 @@ pub use error::{Error, ErrorKind};
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 pub use semaphore::{wait_all, wait_any, Semaphore, Timeout};
+pub use task::Tile;

@@ -125,6 +125,15 @@ impl<T: Linked<DoubleLinks<T>>> DList<T> {
         self.len += 1;
     }
 
+    /// The node after `node`.
+    ///
+    /// # Safety
+    /// `node` is linked in this list.
+    pub unsafe fn next(&self, node: NonNull<T>) -> Option<NonNull<T>> {
+        // SAFETY: linked, hence valid.
+        unsafe { dnext(node) }
+    }
+
     /// The node before `node`.
     ///
     /// # Safety

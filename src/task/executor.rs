@@ -1,0 +1,114 @@
+//! `Executor`: owns the worker threads and the task pools.
+
+use std::fmt;
+
+use crossbeam_deque::Worker as Deque;
+
+use super::graph::Graph;
+use super::scope::Scope;
+use super::worker::{Shared, Worker};
+use crate::error::{Error, ErrorKind};
+use crate::sync::atomic::Ordering;
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::Arc;
+
+/// How an [`Executor`] is shaped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecutorConfig {
+    /// Worker threads; 0 means the available parallelism.
+    pub workers: usize,
+    /// Spin briefly before parking an idle worker (lower wake latency,
+    /// more CPU while idle).
+    pub spin: bool,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        ExecutorConfig {
+            workers: 0,
+            spin: true,
+        }
+    }
+}
+
+/// A work-stealing task executor. Build task DAGs with
+/// [`graph`](Self::graph). Dropping it lets queued work finish, cancels
+/// parked waits (their scopes get `Cancelled`), and joins every thread.
+pub struct Executor {
+    pub(crate) shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Executor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Executor")
+            .field("workers", &self.threads.len())
+            .finish()
+    }
+}
+
+impl Executor {
+    /// Starts the workers.
+    ///
+    /// Errors: `ResourceExhausted` if a thread cannot be spawned.
+    pub fn new(config: ExecutorConfig) -> Result<Executor, Error> {
+        let workers = match config.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let deques: Vec<Deque<_>> = (0..workers).map(|_| Deque::new_lifo()).collect();
+        let stealers = deques.iter().map(|d| d.stealer()).collect();
+        let shared = Arc::new(Shared::new(workers, config.spin, stealers)?);
+        let mut exec = Executor {
+            shared: shared.clone(),
+            threads: Vec::with_capacity(workers),
+        };
+        for (index, deque) in deques.into_iter().enumerate() {
+            let shared = shared.clone();
+            let spawned = thread::Builder::new()
+                .name(format!("fenceline-worker-{index}"))
+                .spawn(move || {
+                    *shared.slots[index]
+                        .thread
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(thread::current());
+                    // SAFETY: the worker holds `shared` and is dropped before it.
+                    let mut worker = unsafe { Worker::new(index, shared, deque) };
+                    worker.run();
+                });
+            match spawned {
+                Ok(handle) => exec.threads.push(handle),
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorKind::ResourceExhausted,
+                        format!("spawning worker {index}: {e}"),
+                    ))
+                }
+            }
+        }
+        Ok(exec)
+    }
+
+    /// Worker threads.
+    pub fn workers(&self) -> usize {
+        self.shared.slots.len()
+    }
+
+    /// A new task graph whose tasks count in `scope`.
+    pub fn graph(&self, scope: &Scope) -> Graph<'_> {
+        Graph::new(self, scope)
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.wake_all();
+        for t in self.threads.drain(..) {
+            // A worker only panics on a fenceline bug; nothing to add here.
+            let _ = t.join();
+        }
+    }
+}
+
+static_assertions::assert_impl_all!(Executor: Send, Sync);

@@ -1,0 +1,326 @@
+//! `Graph`: builds a task DAG in pool memory, then submits it.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
+use std::time::Instant;
+
+use super::executor::Executor;
+use super::kinds::{
+    dispatch_vtable, make_call, new_task, BarrierPayload, BoxedTileFn, CallContext,
+    DispatchPayload, FencePayload, WaitState, BARRIER, FENCE, NOP, WAIT,
+};
+use super::scope::{Scope, ScopeInner};
+use super::task::Task;
+use super::worker::free_task;
+use super::Tile;
+use crate::error::{Error, ErrorKind};
+use crate::list::SList;
+use crate::semaphore::{Semaphore, Timeout};
+
+/// Graph identities, so a `TaskId` is only accepted by its own graph.
+static NEXT_GRAPH: StdAtomicU64 = StdAtomicU64::new(1);
+
+/// A task of a [`Graph`] being built. `Copy`; only its graph accepts it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TaskId {
+    task: NonNull<Task>,
+    graph: u64,
+    seq: u32,
+}
+
+impl fmt::Debug for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TaskId(#{})", self.seq)
+    }
+}
+
+/// A task DAG under construction: tasks in the executor's pools, edges
+/// added with [`set_completion`](Graph::set_completion) (join: the task
+/// counts toward its completion task) and [`barrier`](Graph::barrier) +
+/// [`fork`](Graph::fork) (one task releasing many). Edges always go from a
+/// task created earlier to one created later, so a graph cannot have a
+/// cycle. [`submit`](Graph::submit) hands the tasks to the workers; dropping
+/// an unsubmitted graph frees them without running any.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use fenceline::task::{Executor, ExecutorConfig, Scope};
+///
+/// let exec = Executor::new(ExecutorConfig { workers: 2, ..Default::default() })?;
+/// let scope = Scope::new();
+/// let count = Arc::new(AtomicU32::new(0));
+/// let mut g = exec.graph(&scope);
+/// // {a | b, c | d}: a, then b and c in parallel, then d.
+/// let a = g.call(|_| Ok(()))?;
+/// let fork = g.barrier()?;
+/// let (c1, c2) = (count.clone(), count.clone());
+/// let b = g.call(move |_| { c1.fetch_add(1, Ordering::Relaxed); Ok(()) })?;
+/// let c = g.call(move |_| { c2.fetch_add(1, Ordering::Relaxed); Ok(()) })?;
+/// let d = g.nop()?;
+/// g.set_completion(a, fork)?;
+/// g.fork(fork, b)?;
+/// g.fork(fork, c)?;
+/// g.set_completion(b, d)?;
+/// g.set_completion(c, d)?;
+/// g.submit();
+/// scope.wait_idle(Duration::from_secs(5))?;
+/// assert_eq!(count.load(Ordering::Relaxed), 2);
+/// # Ok::<(), fenceline::Error>(())
+/// ```
+pub struct Graph<'e> {
+    exec: &'e Executor,
+    scope: Scope,
+    id: u64,
+    /// Every task created, through their `next` links.
+    tasks: SList<Task>,
+    count: u32,
+}
+
+impl fmt::Debug for Graph<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Graph").field("tasks", &self.count).finish()
+    }
+}
+
+impl<'e> Graph<'e> {
+    pub(crate) fn new(exec: &'e Executor, scope: &Scope) -> Graph<'e> {
+        Graph {
+            exec,
+            scope: scope.clone(),
+            id: NEXT_GRAPH.fetch_add(1, StdOrdering::Relaxed),
+            tasks: SList::new(),
+            count: 0,
+        }
+    }
+
+    fn scope_ptr(&self) -> NonNull<ScopeInner> {
+        self.scope.as_ptr()
+    }
+
+    fn adopt(&mut self, task: Result<NonNull<Task>, Error>) -> Result<TaskId, Error> {
+        let task = task?;
+        // SAFETY: the scope handle we hold keeps it alive.
+        unsafe { ScopeInner::enter(self.scope_ptr(), &self.scope) };
+        let seq = self.count;
+        self.count += 1;
+        // SAFETY: just created, ours, in no list.
+        unsafe {
+            task.as_ref().seq.set(seq);
+            self.tasks.push_back(task);
+        }
+        Ok(TaskId {
+            task,
+            graph: self.id,
+            seq,
+        })
+    }
+
+    fn check(&self, id: TaskId) -> Result<&Task, Error> {
+        if id.graph != self.id {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{id:?} belongs to another graph"),
+            ));
+        }
+        // SAFETY: a task of this graph lives until the graph is submitted
+        // or dropped, both of which consume or outlive every `&self`.
+        Ok(unsafe { id.task.as_ref() })
+    }
+
+    /// A task that does nothing (a join point).
+    pub fn nop(&mut self) -> Result<TaskId, Error> {
+        let t = new_task(&self.exec.shared, None, self.scope_ptr(), &NOP, ());
+        self.adopt(t)
+    }
+
+    /// A call of `f`. `f` may [`spawn`](CallContext::spawn) child calls;
+    /// then it runs again after all of them (check
+    /// [`reentry`](CallContext::reentry)). A closure up to 176 bytes is
+    /// stored in the task block; a larger one is boxed (one allocation).
+    pub fn call<F>(&mut self, f: F) -> Result<TaskId, Error>
+    where
+        F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
+    {
+        let t = make_call(&self.exec.shared, None, self.scope_ptr(), f);
+        self.adopt(t)
+    }
+
+    /// A barrier: completes at once and releases every task added with
+    /// [`fork`](Self::fork).
+    pub fn barrier(&mut self) -> Result<TaskId, Error> {
+        let t = new_task(
+            &self.exec.shared,
+            None,
+            self.scope_ptr(),
+            &BARRIER,
+            BarrierPayload {
+                head: None,
+                tail: None,
+            },
+        );
+        self.adopt(t)
+    }
+
+    /// A fence: notifies on completion by signalling `signal` (if given);
+    /// if a task before it failed, fails that semaphore with the scope's
+    /// first error instead.
+    pub fn fence(&mut self, signal: Option<(&Semaphore, u64)>) -> Result<TaskId, Error> {
+        let payload = FencePayload {
+            signal: signal.map(|(s, v)| (s.clone(), v)),
+        };
+        let t = new_task(&self.exec.shared, None, self.scope_ptr(), &FENCE, payload);
+        self.adopt(t)
+    }
+
+    /// A wait until `semaphore` reaches `value`: it parks on a timepoint
+    /// (no thread polls) and fails with the semaphore's failure, or with
+    /// `DeadlineExceeded` once `timeout` (counted from submission... from
+    /// creation) elapsed.
+    pub fn wait(
+        &mut self,
+        semaphore: &Semaphore,
+        value: u64,
+        timeout: impl Into<Timeout>,
+    ) -> Result<TaskId, Error> {
+        let timeout = timeout.into();
+        let deadline = match timeout {
+            Timeout::Never => None,
+            t => t.deadline_from(Instant::now()),
+        };
+        let state = WaitState::new(semaphore.clone(), value, deadline);
+        let t = new_task(&self.exec.shared, None, self.scope_ptr(), &WAIT, state);
+        self.adopt(t)
+    }
+
+    /// A dispatch of `f` over every tile of `grid` (x fastest), run by
+    /// shards on all workers that claim tiles through an atomic counter.
+    /// A zero-sized grid completes at once. The first tile error stops the
+    /// dispatch (tiles already claimed finish) and becomes the scope's.
+    pub fn dispatch<F>(&mut self, grid: [u32; 3], f: F) -> Result<TaskId, Error>
+    where
+        F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
+    {
+        let shared = &self.exec.shared;
+        let t = if super::task::Task::fits::<DispatchPayload<F>>() {
+            new_task(
+                shared,
+                None,
+                self.scope_ptr(),
+                dispatch_vtable::<F>(),
+                DispatchPayload::new(grid, f),
+            )
+        } else {
+            let boxed: BoxedTileFn = Box::new(f);
+            new_task(
+                shared,
+                None,
+                self.scope_ptr(),
+                dispatch_vtable::<BoxedTileFn>(),
+                DispatchPayload::new(grid, boxed),
+            )
+        };
+        self.adopt(t)
+    }
+
+    /// `task` counts toward `completion`: `completion` runs only after
+    /// `task` (and its other predecessors) finished. Raises
+    /// `completion`'s pending count.
+    ///
+    /// Errors: `InvalidArgument` if `task` already has a completion task,
+    /// if `completion` was created before `task` (edges go forward), or if
+    /// either belongs to another graph.
+    pub fn set_completion(&mut self, task: TaskId, completion: TaskId) -> Result<(), Error> {
+        let (t, c) = (self.check(task)?, self.check(completion)?);
+        if completion.seq <= task.seq {
+            return Err(backward(task, completion));
+        }
+        if t.completion.get().is_some() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{task:?} already has a completion task; join through a barrier"),
+            ));
+        }
+        t.completion.set(Some(completion.task));
+        c.add_pending();
+        Ok(())
+    }
+
+    /// `dependent` runs only after `barrier` (and its other predecessors).
+    ///
+    /// Errors: `InvalidArgument` if `barrier` is not a barrier, if
+    /// `dependent` was created before it or already follows a barrier, or
+    /// if either belongs to another graph.
+    pub fn fork(&mut self, barrier: TaskId, dependent: TaskId) -> Result<(), Error> {
+        let (b, d) = (self.check(barrier)?, self.check(dependent)?);
+        if !std::ptr::eq(b.vtable, &BARRIER) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{barrier:?} is a {}, not a barrier", b.vtable.name),
+            ));
+        }
+        if dependent.seq <= barrier.seq {
+            return Err(backward(barrier, dependent));
+        }
+        if d.forked.get() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{dependent:?} already follows a barrier"),
+            ));
+        }
+        // SAFETY: a barrier's payload is a `BarrierPayload`; the graph owns
+        // the task and nothing else touches it before submission.
+        let p = unsafe { &mut *Task::payload_ptr::<BarrierPayload>(barrier.task) };
+        match p.tail {
+            // SAFETY: `tail` is a task of this graph.
+            Some(tail) => unsafe { tail.as_ref() }.fork_next.set(Some(dependent.task)),
+            None => p.head = Some(dependent.task),
+        }
+        p.tail = Some(dependent.task);
+        d.forked.set(true);
+        d.add_pending();
+        Ok(())
+    }
+
+    /// Hands every task to the executor; those without predecessors start.
+    pub fn submit(mut self) {
+        let mut ready = SList::new();
+        while let Some(task) = self.tasks.pop_front() {
+            // SAFETY: the graph owns the task until here.
+            if unsafe { task.as_ref() }
+                .pending
+                .load(crate::sync::atomic::Ordering::Relaxed)
+                == 0
+            {
+                // SAFETY: unlinked from `tasks` just above.
+                unsafe { ready.push_back(task) };
+            }
+        }
+        self.exec.shared.inject_list(ready);
+    }
+}
+
+fn backward(from: TaskId, to: TaskId) -> Error {
+    Error::new(
+        ErrorKind::InvalidArgument,
+        format!(
+            "edge from {from:?} to {to:?}: edges go from an earlier task to a later one (no cycles)"
+        ),
+    )
+}
+
+impl Drop for Graph<'_> {
+    fn drop(&mut self) {
+        // Not submitted: free every task without running it.
+        while let Some(task) = self.tasks.pop_front() {
+            // SAFETY: the graph owns its unsubmitted tasks.
+            unsafe {
+                let scope = task.as_ref().scope;
+                free_task(&self.exec.shared, None, task);
+                ScopeInner::leave(scope);
+            }
+        }
+    }
+}

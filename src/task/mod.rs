@@ -1,0 +1,32 @@
+//! The CPU task system: a work-stealing [`Executor`] running task DAGs
+//! whose every node lives in a block pool, so running a DAG allocates
+//! nothing.
+//!
+//! Kinds: nop, call (a closure; may spawn children it joins on), barrier
+//! (releases many), fence (signals a semaphore on completion), wait (until
+//! a semaphore reaches a value, on a timepoint, with a timeout), dispatch
+//! (a closure over a 3-D tile grid, split into shards that claim tiles with
+//! an atomic counter). A failed task's dependents do not run; tasks that do
+//! not depend on it still do. A panic in user code becomes an error.
+
+mod executor;
+mod graph;
+mod kinds;
+mod scope;
+#[allow(clippy::module_inception)]
+mod task;
+mod worker;
+
+pub use executor::{Executor, ExecutorConfig};
+pub use graph::{Graph, TaskId};
+pub use kinds::CallContext;
+pub use scope::Scope;
+
+/// One workgroup of a dispatch: its id in the grid and the grid's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tile {
+    /// This tile's `[x, y, z]`.
+    pub workgroup_id: [u32; 3],
+    /// The grid's `[x, y, z]` extent.
+    pub workgroup_count: [u32; 3],
+}

@@ -1,0 +1,152 @@
+//! `Scope`: counts a group of tasks, keeps the first error, waits for idle.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crate::error::Error;
+use crate::semaphore::{Semaphore, Timeout};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Arc, Mutex};
+
+/// A group of tasks: how many are outstanding, the **first** error any of
+/// them produced, and a way to wait until none is left.
+///
+/// Cheap to clone (a handle). While any of its tasks is outstanding the
+/// scope's state stays alive even if every handle is dropped.
+#[derive(Clone)]
+pub struct Scope {
+    pub(crate) inner: Arc<ScopeInner>,
+}
+
+pub(crate) struct ScopeInner {
+    pending: AtomicUsize,
+    failed: AtomicBool,
+    error: Mutex<Option<Error>>,
+    /// Times the scope went idle; `idle` is signalled to that count.
+    idles: AtomicU64,
+    idle: Semaphore,
+}
+
+impl fmt::Debug for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scope")
+            .field("pending", &self.pending())
+            .field("failed", &self.inner.failed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Default for Scope {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Scope {
+    /// An empty scope.
+    pub fn new() -> Scope {
+        Scope {
+            inner: Arc::new(ScopeInner {
+                pending: AtomicUsize::new(0),
+                failed: AtomicBool::new(false),
+                error: Mutex::new(None),
+                idles: AtomicU64::new(0),
+                idle: Semaphore::new(0),
+            }),
+        }
+    }
+
+    /// Tasks created in this scope and not yet retired.
+    pub fn pending(&self) -> usize {
+        self.inner.pending.load(Ordering::Acquire)
+    }
+
+    /// The first error any task of the scope produced.
+    pub fn error(&self) -> Option<Error> {
+        self.inner.first_error()
+    }
+
+    /// Blocks until no task of the scope is outstanding, then returns the
+    /// first error (if any task failed).
+    ///
+    /// Errors: the scope's first error; `DeadlineExceeded` if tasks are
+    /// still outstanding when `timeout` elapses.
+    pub fn wait_idle(&self, timeout: impl Into<Timeout>) -> Result<(), Error> {
+        let inner = &*self.inner;
+        // Read the idle count before the pending count: if the scope goes
+        // idle after our check, the count has passed `seen` by then.
+        let seen = inner.idles.load(Ordering::Acquire);
+        if inner.pending.load(Ordering::Acquire) != 0 {
+            inner.idle.wait(seen + 1, timeout)?;
+        }
+        match self.error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn as_ptr(&self) -> NonNull<ScopeInner> {
+        NonNull::from(&*self.inner)
+    }
+}
+
+impl ScopeInner {
+    fn lock_error(&self) -> crate::sync::MutexGuard<'_, Option<Error>> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The first error, if any.
+    pub(crate) fn first_error(&self) -> Option<Error> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.lock_error().clone()
+    }
+
+    /// Keeps `error` if it is the scope's first.
+    pub(crate) fn record(&self, error: Error) {
+        let mut slot = self.lock_error();
+        if slot.is_none() {
+            *slot = Some(error);
+            self.failed.store(true, Ordering::Release);
+        }
+    }
+
+    /// One more outstanding task. The first one takes a reference that
+    /// keeps the scope alive until it is idle again.
+    ///
+    /// # Safety
+    /// `this` points to a live scope (the caller holds a handle or an
+    /// outstanding task of it).
+    pub(crate) unsafe fn enter(this: NonNull<ScopeInner>, scope: &Scope) {
+        // SAFETY: live per contract.
+        let inner = unsafe { this.as_ref() };
+        if inner.pending.fetch_add(1, Ordering::AcqRel) == 0 {
+            let _ = Arc::into_raw(scope.inner.clone());
+        }
+    }
+
+    /// Like `enter`, from a task of the scope (which keeps it alive).
+    pub(crate) fn enter_from_task(&self) {
+        let before = self.pending.fetch_add(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "a running task keeps its scope non-idle");
+    }
+
+    /// One task retired. The last one signals idle and drops the reference
+    /// `enter` took.
+    ///
+    /// # Safety
+    /// `this` is live and the caller retires one task it counted.
+    pub(crate) unsafe fn leave(this: NonNull<ScopeInner>) {
+        // SAFETY: our outstanding task keeps the scope alive until here.
+        let inner = unsafe { this.as_ref() };
+        if inner.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let n = inner.idles.fetch_add(1, Ordering::AcqRel) + 1;
+            // Two idle transitions may race to signal; the later value
+            // covers the earlier, so a rejected (lower) signal is fine.
+            let _ = inner.idle.signal(n);
+            // SAFETY: the reference forgotten by the 0 -> 1 `enter`.
+            drop(unsafe { Arc::from_raw(this.as_ptr().cast_const()) });
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The task: a 64-byte header and a payload in one 256-byte pool block.
+
+use std::cell::Cell;
+use std::mem::{self, MaybeUninit};
+use std::ptr::NonNull;
+
+use super::scope::ScopeInner;
+use super::worker::Worker;
+use crate::error::Error;
+use crate::list::SingleLinks;
+use crate::sync::atomic::{AtomicU32, Ordering};
+
+/// Bytes of payload after the 64-byte header.
+pub(crate) const PAYLOAD: usize = 192;
+/// Bytes of one task block (header + payload): 256 (asserted), more under
+/// loom, whose atomics are larger.
+pub(crate) const TASK_BLOCK: usize = mem::size_of::<Task>();
+
+/// `flags`: a predecessor failed; skip the payload and propagate.
+pub(crate) const FAILED: u32 = 1;
+/// `flags`: cancelled by executor shutdown (waits).
+pub(crate) const CANCELLED: u32 = 2;
+
+/// What running a task's payload produced.
+pub(crate) enum Outcome {
+    /// Finished (with its result): retire and notify dependents.
+    Done(Result<(), Error>),
+    /// Waiting on children or a timepoint, which will make it ready again.
+    Suspended,
+}
+
+/// The payload's behaviour, one static table per payload type.
+pub(crate) struct VTable {
+    /// Runs (or re-runs) the payload.
+    pub(crate) run: unsafe fn(NonNull<Task>, &mut Worker) -> Outcome,
+    /// Drops the payload (once, when the task is freed).
+    pub(crate) drop: unsafe fn(NonNull<Task>),
+    /// Called instead of `run` when a predecessor failed (a fence fails
+    /// its semaphore); most kinds do nothing.
+    pub(crate) skip: unsafe fn(NonNull<Task>),
+    /// The kind's name, for debugging.
+    pub(crate) name: &'static str,
+}
+
+/// A task in pool memory. The header is the first 64 bytes (asserted);
+/// the payload follows it in the same block.
+///
+/// Who owns a task when: the graph builder until submission; then the
+/// queue it sits in, or the worker running it; a task waiting for its
+/// predecessors is owned by them collectively (the one that takes
+/// `pending` to zero makes it ready). Retiring frees the block.
+#[repr(C, align(64))]
+pub(crate) struct Task {
+    /// Queue link (transfer stack, overflow list).
+    pub(crate) next: SingleLinks<Task>,
+    /// Next dependent in the fork list of the barrier this task follows.
+    pub(crate) fork_next: Cell<Option<NonNull<Task>>>,
+    /// The task this one counts toward (its join), if any.
+    pub(crate) completion: Cell<Option<NonNull<Task>>>,
+    /// Predecessors still running (+ a hold while the task itself runs and
+    /// adds children).
+    pub(crate) pending: AtomicU32,
+    /// `FAILED`, `CANCELLED`.
+    pub(crate) flags: AtomicU32,
+    pub(crate) scope: NonNull<ScopeInner>,
+    pub(crate) vtable: &'static VTable,
+    /// Block index in the executor's task pool.
+    pub(crate) block: u32,
+    /// Whether the task is already some barrier's dependent.
+    pub(crate) forked: Cell<bool>,
+    /// How many times the payload ran (nested calls, dispatch phases).
+    pub(crate) runs: Cell<u8>,
+    /// Creation order within its graph: edges go from lower to higher,
+    /// which keeps every graph acyclic.
+    pub(crate) seq: Cell<u32>,
+    pub(crate) payload: Payload,
+}
+
+/// Raw payload storage, aligned for anything up to 16 bytes.
+#[repr(C, align(16))]
+pub(crate) struct Payload(pub(crate) [MaybeUninit<u8>; PAYLOAD]);
+
+/// A task pointer that may cross threads (ownership moves with it).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct TaskPtr(pub(crate) NonNull<Task>);
+// SAFETY: a task is owned by one thread at a time (see `Task`); moving the
+// pointer moves that ownership.
+unsafe impl Send for TaskPtr {}
+
+crate::impl_linked!(Task, next: SingleLinks<Task>);
+
+#[cfg(not(loom))]
+static_assertions::const_assert_eq!(TASK_BLOCK, 256);
+// The header is at most 64 bytes: the payload starts right after it.
+#[cfg(not(loom))]
+static_assertions::const_assert_eq!(mem::offset_of!(Task, payload), 64);
+
+impl Task {
+    /// The payload as a `T`.
+    ///
+    /// # Safety
+    /// The task's payload is a live `T` (its vtable says so).
+    pub(crate) unsafe fn payload<'a, T>(task: NonNull<Task>) -> &'a T {
+        // SAFETY: forwarded contract; payload is at a fixed offset.
+        unsafe { &*Self::payload_ptr::<T>(task) }
+    }
+
+    /// Pointer to the payload as a `T` (size and alignment checked at
+    /// compile time by `fits`).
+    pub(crate) fn payload_ptr<T>(task: NonNull<Task>) -> *mut T {
+        // SAFETY: a field projection of a valid task pointer.
+        unsafe { std::ptr::addr_of_mut!((*task.as_ptr()).payload) }.cast::<T>()
+    }
+
+    /// Whether a `T` fits in the payload.
+    pub(crate) const fn fits<T>() -> bool {
+        mem::size_of::<T>() <= PAYLOAD && mem::align_of::<T>() <= 16
+    }
+
+    /// Adds one predecessor.
+    pub(crate) fn add_pending(&self) {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks a predecessor's failure (before the decrement that may make
+    /// this task ready, which releases it).
+    pub(crate) fn mark_failed(&self) {
+        self.flags.fetch_or(FAILED, Ordering::Relaxed);
+    }
+
+    /// One predecessor finished: `true` if this made the task ready.
+    /// AcqRel: the predecessors' effects happen-before the task runs.
+    pub(crate) fn finish_one(&self) -> bool {
+        self.pending.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}

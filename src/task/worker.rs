@@ -1,0 +1,456 @@
+//! Workers: the threads that run tasks, their queues, stealing, parking.
+//!
+//! Each worker owns a LIFO `crossbeam_deque::Worker` (at most
+//! [`LOCAL_CAP`] tasks, crossbeam's smallest buffer, so it never
+//! reallocates) and a private overflow list for the rest. Other workers
+//! steal from the deques. Threads that are not workers submit through the
+//! executor's `TransferStack` injector; a worker takes all of it at once
+//! into its overflow list.
+//!
+//! # Sleeping without lost wake-ups
+//! `sleep` packs `(epoch << 16) | sleepers` in one atomic. A worker about to
+//! park reads the epoch, looks for work once more, then adds itself to
+//! `sleepers` with a read-modify-write that also returns the epoch: if it
+//! moved, work may have arrived and the worker looks again instead of
+//! parking. A submitter publishes its task, then bumps the epoch with a
+//! read-modify-write that returns `sleepers`: non-zero means someone may be
+//! parked, so it wakes one. Both RMWs hit one atomic, so they are ordered:
+//! either the submitter sees the sleeper, or the sleeper sees the new
+//! epoch (and, through the RMW's acquire, the task).
+
+use std::ptr::NonNull;
+use std::time::Instant;
+
+use crossbeam_deque::{Steal, Stealer, Worker as Deque};
+use crossbeam_utils::CachePadded;
+
+use super::kinds::WaitState;
+use super::scope::ScopeInner;
+use super::task::{Outcome, Task, TaskPtr, CANCELLED, FAILED};
+use crate::error::{Error, ErrorKind};
+use crate::list::{DList, SList, TransferStack};
+use crate::pool::{BlockCache, BlockPool, RawBlock};
+#[allow(unused_imports)]
+use crate::sync::atomic::AtomicU32;
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::thread::Thread;
+use crate::sync::{Arc, Mutex, MutexGuard};
+
+/// Tasks a worker's deque holds before the rest go to its overflow list.
+pub(crate) const LOCAL_CAP: usize = 64;
+
+const SLEEPER: u64 = 1;
+const EPOCH: u64 = 1 << 16;
+
+/// One worker's slot in the shared state.
+pub(crate) struct Slot {
+    pub(crate) thread: Mutex<Option<Thread>>,
+    /// Set by the worker before it parks; cleared by whoever wakes it.
+    pub(crate) sleeping: AtomicBool,
+}
+
+/// State shared by the executor handle, its workers and its tasks.
+pub(crate) struct Shared {
+    pub(crate) pool: BlockPool,
+    pub(crate) injector: TransferStack<Task>,
+    pub(crate) stealers: Box<[Stealer<TaskPtr>]>,
+    pub(crate) slots: Box<[Slot]>,
+    sleep: CachePadded<AtomicU64>,
+    pub(crate) shutdown: AtomicBool,
+    /// Tasks created and not yet retired (graphs not submitted included).
+    pub(crate) live: AtomicUsize,
+    /// Wait tasks parked on a timepoint, for timeouts and shutdown.
+    pub(crate) waits: Mutex<DList<WaitState>>,
+    /// `waits.len()`, readable without the lock.
+    pub(crate) suspended_waits: AtomicUsize,
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) spin: bool,
+}
+
+// SAFETY: the raw task pointers inside (injector, waits) are owned by the
+// structures holding them and only moved between threads with ownership.
+unsafe impl Send for Shared {}
+// SAFETY: as above; shared access goes through atomics and mutexes.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    pub(crate) fn new(
+        workers: usize,
+        spin: bool,
+        stealers: Box<[Stealer<TaskPtr>]>,
+    ) -> Result<Shared, Error> {
+        Ok(Shared {
+            pool: BlockPool::with_config(crate::pool::BlockPoolConfig {
+                block_size: super::task::TASK_BLOCK,
+                align: 64,
+                first_chunk_blocks: 256,
+                max_blocks: None,
+            })?,
+            injector: TransferStack::new(),
+            stealers,
+            slots: (0..workers)
+                .map(|_| Slot {
+                    thread: Mutex::new(None),
+                    sleeping: AtomicBool::new(false),
+                })
+                .collect(),
+            sleep: CachePadded::new(AtomicU64::new(0)),
+            shutdown: AtomicBool::new(false),
+            live: AtomicUsize::new(0),
+            waits: Mutex::new(DList::new()),
+            suspended_waits: AtomicUsize::new(0),
+            spin,
+        })
+    }
+
+    pub(crate) fn lock_waits(&self) -> MutexGuard<'_, DList<WaitState>> {
+        self.waits.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Pushes a ready task from any thread and wakes a worker.
+    pub(crate) fn inject(&self, task: NonNull<Task>) {
+        // SAFETY: the task is ready and ours to hand over.
+        unsafe { self.injector.push(task) };
+        self.notify();
+    }
+
+    /// Pushes a whole ready list from any thread and wakes a worker.
+    pub(crate) fn inject_list(&self, list: SList<Task>) {
+        if !list.is_empty() {
+            self.injector.push_list(list);
+            self.notify();
+        }
+    }
+
+    /// New work was published: bump the epoch; wake one sleeper if any.
+    pub(crate) fn notify(&self) {
+        let old = self.sleep.fetch_add(EPOCH, Ordering::AcqRel);
+        if old & (EPOCH - 1) != 0 {
+            self.wake_one();
+        }
+    }
+
+    fn wake_one(&self) {
+        for slot in self.slots.iter() {
+            if slot.sleeping.swap(false, Ordering::AcqRel) {
+                unpark(slot);
+                return;
+            }
+        }
+    }
+
+    /// Wakes every worker (shutdown, or the last task retired under it).
+    pub(crate) fn wake_all(&self) {
+        self.sleep.fetch_add(EPOCH, Ordering::AcqRel);
+        for slot in self.slots.iter() {
+            slot.sleeping.store(false, Ordering::Release);
+            unpark(slot);
+        }
+    }
+}
+
+fn unpark(slot: &Slot) {
+    let thread = slot.thread.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(t) = thread.as_ref() {
+        t.unpark();
+    }
+}
+
+/// A worker thread's private state.
+pub(crate) struct Worker {
+    pub(crate) index: usize,
+    pub(crate) shared: Arc<Shared>,
+    local: Deque<TaskPtr>,
+    overflow: SList<Task>,
+    /// Task blocks, cached per worker (no atomics while the stash lasts).
+    pub(crate) cache: BlockCache<&'static BlockPool>,
+}
+
+impl Worker {
+    /// # Safety
+    /// `shared` outlives the worker (the cache borrows its pool as
+    /// `'static`; the worker is dropped before `shared`).
+    pub(crate) unsafe fn new(index: usize, shared: Arc<Shared>, local: Deque<TaskPtr>) -> Worker {
+        // SAFETY: the worker holds an `Arc` to `shared`, so the pool lives
+        // as long as the cache; the cache is dropped with the worker.
+        let pool: &'static BlockPool = unsafe { &*(&shared.pool as *const BlockPool) };
+        Worker {
+            index,
+            shared,
+            local,
+            overflow: SList::new(),
+            cache: BlockCache::new(pool),
+        }
+    }
+
+    /// Makes a task ready on this worker.
+    pub(crate) fn push(&mut self, task: NonNull<Task>) {
+        if self.local.len() < LOCAL_CAP {
+            self.local.push(TaskPtr(task));
+        } else {
+            // SAFETY: the task is ready and ours; not in any list.
+            unsafe { self.overflow.push_back(task) };
+        }
+        // Idle workers could help: cheap check first.
+        if self.shared.sleep.load(Ordering::Relaxed) & (EPOCH - 1) != 0 {
+            self.shared.notify();
+        }
+    }
+
+    /// The next task to run: own deque, own overflow, injector, steal.
+    fn find(&mut self) -> Option<NonNull<Task>> {
+        if let Some(t) = self.local.pop() {
+            return Some(t.0);
+        }
+        if let Some(t) = self.refill() {
+            return Some(t);
+        }
+        let mut taken = self.shared.injector.take_all();
+        if !taken.is_empty() {
+            self.overflow.append(&mut taken);
+            return self.refill();
+        }
+        let n = self.shared.stealers.len();
+        for k in 1..n {
+            let victim = (self.index + k) % n;
+            loop {
+                match self.shared.stealers[victim].steal_batch_and_pop(&self.local) {
+                    Steal::Success(t) => return Some(t.0),
+                    Steal::Empty => break,
+                    Steal::Retry => continue,
+                }
+            }
+        }
+        None
+    }
+
+    /// Moves overflow into the deque (up to half its capacity) and pops.
+    fn refill(&mut self) -> Option<NonNull<Task>> {
+        let first = self.overflow.pop_front()?;
+        while self.local.len() < LOCAL_CAP / 2 {
+            match self.overflow.pop_front() {
+                Some(t) => self.local.push(TaskPtr(t)),
+                None => break,
+            }
+        }
+        Some(first)
+    }
+
+    /// The worker loop; returns at shutdown once no task is left.
+    pub(crate) fn run(&mut self) {
+        loop {
+            if let Some(task) = self.find() {
+                self.execute(task);
+                continue;
+            }
+            if !self.idle() {
+                return;
+            }
+        }
+    }
+
+    /// No work found: spin a little, then park. `false`: time to exit.
+    fn idle(&mut self) -> bool {
+        let shared = self.shared.clone();
+        let epoch = shared.sleep.load(Ordering::Acquire) & !(EPOCH - 1);
+        #[cfg(not(loom))]
+        if shared.spin {
+            let backoff = crossbeam_utils::Backoff::new();
+            while !backoff.is_completed() {
+                backoff.snooze();
+                if shared.sleep.load(Ordering::Acquire) & !(EPOCH - 1) != epoch {
+                    return true;
+                }
+            }
+        }
+        if let Some(task) = self.find() {
+            self.execute(task);
+            return true;
+        }
+        if self.expire_waits() {
+            return true; // requeued waits on our own deque: run them
+        }
+        if shared.shutdown.load(Ordering::Acquire) && shared.live.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let slot = &shared.slots[self.index];
+        slot.sleeping.store(true, Ordering::Release);
+        let old = shared.sleep.fetch_add(SLEEPER, Ordering::AcqRel);
+        if old & !(EPOCH - 1) == epoch && !shared.shutdown.load(Ordering::Acquire) {
+            let deadline = self.nearest_deadline();
+            while slot.sleeping.load(Ordering::Acquire) && !shared.shutdown.load(Ordering::Acquire)
+            {
+                match deadline {
+                    None => crate::sync::thread::park(),
+                    Some(d) => {
+                        let now = Instant::now();
+                        if now >= d {
+                            break;
+                        }
+                        crate::sync::park_timeout(d - now);
+                    }
+                }
+            }
+        }
+        slot.sleeping.store(false, Ordering::Release);
+        shared.sleep.fetch_sub(SLEEPER, Ordering::AcqRel);
+        true
+    }
+
+    fn nearest_deadline(&self) -> Option<Instant> {
+        if self.shared.suspended_waits.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let waits = self.shared.lock_waits();
+        waits
+            .iter()
+            // SAFETY: listed wait states are alive (their tasks are
+            // suspended, owned by the list until removed).
+            .filter_map(|w| unsafe { w.as_ref() }.deadline)
+            .min()
+    }
+
+    /// Times out (or, at shutdown, cancels) parked waits; `true` if it
+    /// requeued any (on this worker).
+    fn expire_waits(&mut self) -> bool {
+        if self.shared.suspended_waits.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let shutdown = self.shared.shutdown.load(Ordering::Acquire);
+        let now = Instant::now();
+        let mut ready = SList::new();
+        {
+            let mut waits = self.shared.lock_waits();
+            let mut cursor = waits.front();
+            while let Some(w) = cursor {
+                // SAFETY: `w` is linked in `waits`.
+                cursor = unsafe { waits.next(w) };
+                // SAFETY: listed, hence alive.
+                let due = shutdown || unsafe { w.as_ref() }.deadline.is_some_and(|d| d <= now);
+                if !due {
+                    continue;
+                }
+                // SAFETY: listed, hence alive and linked here.
+                if let Some(task) = unsafe { WaitState::expire(w, &mut waits, shutdown) } {
+                    // SAFETY: the expired wait's task is ours to requeue.
+                    unsafe { ready.push_back(task) };
+                }
+            }
+            self.shared
+                .suspended_waits
+                .store(waits.len(), Ordering::Release);
+        }
+        let any = !ready.is_empty();
+        while let Some(t) = ready.pop_front() {
+            self.push(t);
+        }
+        any
+    }
+
+    /// Runs `task`, then whatever it makes ready next, on this worker.
+    pub(crate) fn execute(&mut self, mut task: NonNull<Task>) {
+        loop {
+            // SAFETY: a ready task is owned by the worker running it.
+            let t = unsafe { task.as_ref() };
+            let flags = t.flags.load(Ordering::Acquire);
+            let outcome = if flags & FAILED != 0 {
+                // A predecessor failed: skip the payload (its failure is
+                // already the scope's), but pass it on.
+                // SAFETY: the vtable matches the payload.
+                unsafe { (t.vtable.skip)(task) };
+                Outcome::Done(Err(Error::new(ErrorKind::Aborted, "a predecessor failed")))
+            } else {
+                t.runs.set(t.runs.get().saturating_add(1));
+                // SAFETY: the vtable matches the payload (set at creation).
+                unsafe { (t.vtable.run)(task, self) }
+            };
+            let result = match outcome {
+                Outcome::Suspended => return,
+                Outcome::Done(r) => r,
+            };
+            let failed = match result {
+                Ok(()) => false,
+                Err(e) => {
+                    if flags & FAILED == 0 || flags & CANCELLED != 0 {
+                        // SAFETY: the task keeps its scope alive.
+                        unsafe { t.scope.as_ref() }.record(e);
+                    }
+                    true
+                }
+            };
+            let next = self.retire(task, failed);
+            match next {
+                Some(n) => task = n,
+                None => return,
+            }
+        }
+    }
+
+    /// Notifies the task's completion and fork dependents, frees it, and
+    /// returns one newly ready task to continue with.
+    fn retire(&mut self, task: NonNull<Task>, failed: bool) -> Option<NonNull<Task>> {
+        // SAFETY: we own the finished task.
+        let t = unsafe { task.as_ref() };
+        let mut next = None;
+        if let Some(c) = t.completion.get() {
+            // SAFETY: a completion task outlives its predecessors.
+            let c_ref = unsafe { c.as_ref() };
+            if failed {
+                c_ref.mark_failed();
+            }
+            if c_ref.finish_one() {
+                next = Some(c);
+            }
+        }
+        // SAFETY: barrier payloads list their dependents (see `kinds`).
+        let mut dependent = unsafe { super::kinds::fork_head(task) };
+        while let Some(d) = dependent {
+            // SAFETY: dependents outlive the barrier; read the link before
+            // the dependent may run (and be freed).
+            let d_ref = unsafe { d.as_ref() };
+            dependent = d_ref.fork_next.get();
+            if failed {
+                d_ref.mark_failed();
+            }
+            if d_ref.finish_one() {
+                match next {
+                    None => next = Some(d),
+                    Some(_) => self.push(d),
+                }
+            }
+        }
+        let scope: NonNull<ScopeInner> = t.scope;
+        // SAFETY: the task is done; its payload is dropped once.
+        unsafe { free_task(&self.shared, Some(&mut self.cache), task) };
+        // SAFETY: the task counted in its scope.
+        unsafe { ScopeInner::leave(scope) };
+        next
+    }
+}
+
+/// Drops a task's payload and returns its block; counts it out of `live`.
+///
+/// # Safety
+/// The caller owns `task`, which nobody will touch again.
+pub(crate) unsafe fn free_task(
+    shared: &Shared,
+    cache: Option<&mut BlockCache<&'static BlockPool>>,
+    task: NonNull<Task>,
+) {
+    // SAFETY: owned per contract.
+    let t = unsafe { task.as_ref() };
+    let block = t.block;
+    // SAFETY: the vtable matches the payload.
+    unsafe { (t.vtable.drop)(task) };
+    // SAFETY: the task sits at the start of block `block` of `shared.pool`.
+    let raw = unsafe { RawBlock::from_parts(task.cast(), block) };
+    match cache {
+        // SAFETY: from this pool, released once.
+        Some(c) => unsafe { c.release(raw) },
+        // SAFETY: as above.
+        None => unsafe { shared.pool.release_raw(raw) },
+    }
+    if shared.live.fetch_sub(1, Ordering::AcqRel) == 1 && shared.shutdown.load(Ordering::Acquire) {
+        shared.wake_all();
+    }
+}

@@ -1,0 +1,569 @@
+//! Scenario tests of the task executor: calls, barriers, joins, forks,
+//! fences, waits, dispatches, failure, nesting and executor lifetime.
+
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fenceline::task::{Executor, ExecutorConfig, Scope};
+use fenceline::{Error, ErrorKind, Semaphore, Tile, Timeout};
+
+const LONG: Duration = Duration::from_secs(10);
+
+fn exec() -> Executor {
+    Executor::new(ExecutorConfig {
+        workers: 2,
+        spin: true,
+    })
+    .unwrap()
+}
+
+fn boom(msg: &'static str) -> Error {
+    Error::new(ErrorKind::Internal, msg)
+}
+
+/// A log of task names in completion order.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<&'static str>>>);
+
+impl Log {
+    fn push(&self, s: &'static str) {
+        self.0.lock().unwrap().push(s);
+    }
+    fn get(&self) -> Vec<&'static str> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn nop_and_call() {
+    let e = exec();
+    let scope = Scope::new();
+    let hits = Arc::new(AtomicU32::new(0));
+    let mut g = e.graph(&scope);
+    g.nop().unwrap();
+    let h = hits.clone();
+    g.call(move |_| {
+        h.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(scope.pending(), 2);
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    assert_eq!(scope.pending(), 0);
+}
+
+#[test]
+fn call_failure_is_kept_by_the_scope() {
+    let e = exec();
+    let scope = Scope::new();
+    let mut g = e.graph(&scope);
+    g.call(|_| Err(boom("first"))).unwrap();
+    g.submit();
+    let err = scope.wait_idle(LONG).unwrap_err();
+    assert_eq!(err.message(), "first");
+    assert_eq!(scope.error().unwrap().message(), "first");
+}
+
+#[test]
+fn chained_call_failure_skips_the_second() {
+    let e = exec();
+    let scope = Scope::new();
+    let ran = Arc::new(AtomicU32::new(0));
+    let mut g = e.graph(&scope);
+    let a = g.call(|_| Err(boom("a failed"))).unwrap();
+    let r = ran.clone();
+    let b = g
+        .call(move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    g.set_completion(a, b).unwrap();
+    g.submit();
+    assert_eq!(scope.wait_idle(LONG).unwrap_err().message(), "a failed");
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "dependent of a failed task ran"
+    );
+}
+
+#[test]
+fn nested_call_runs_parent_again_after_child() {
+    let e = exec();
+    let scope = Scope::new();
+    let log = Log::default();
+    let mut g = e.graph(&scope);
+    let l = log.clone();
+    g.call(move |cx| {
+        if cx.reentry() == 0 {
+            l.push("parent");
+            let l2 = l.clone();
+            cx.spawn(move |_| {
+                std::thread::sleep(Duration::from_millis(5));
+                l2.push("child");
+                Ok(())
+            })?;
+        } else {
+            l.push("parent again");
+        }
+        Ok(())
+    })
+    .unwrap();
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+    assert_eq!(log.get(), ["parent", "child", "parent again"]);
+}
+
+#[test]
+fn nested_child_failure_skips_the_rerun() {
+    let e = exec();
+    let scope = Scope::new();
+    let reruns = Arc::new(AtomicU32::new(0));
+    let mut g = e.graph(&scope);
+    let r = reruns.clone();
+    g.call(move |cx| {
+        if cx.reentry() == 0 {
+            cx.spawn(|_| Err(boom("child")))?;
+        } else {
+            r.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    })
+    .unwrap();
+    g.submit();
+    assert_eq!(scope.wait_idle(LONG).unwrap_err().message(), "child");
+    assert_eq!(reruns.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn barrier_standalone() {
+    let e = exec();
+    let scope = Scope::new();
+    let mut g = e.graph(&scope);
+    g.barrier().unwrap();
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+}
+
+fn logger(
+    g: &mut fenceline::task::Graph<'_>,
+    log: &Log,
+    name: &'static str,
+) -> fenceline::task::TaskId {
+    let l = log.clone();
+    g.call(move |_| {
+        l.push(name);
+        Ok(())
+    })
+    .unwrap()
+}
+
+#[test]
+fn sequence_runs_in_order() {
+    let e = exec();
+    let scope = Scope::new();
+    let log = Log::default();
+    let mut g = e.graph(&scope);
+    let a = logger(&mut g, &log, "a");
+    let b = logger(&mut g, &log, "b");
+    let c = logger(&mut g, &log, "c");
+    g.set_completion(a, b).unwrap();
+    g.set_completion(b, c).unwrap();
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+    assert_eq!(log.get(), ["a", "b", "c"]);
+}
+
+#[test]
+fn sequence_failure_stops_the_rest() {
+    let e = exec();
+    let scope = Scope::new();
+    let log = Log::default();
+    let mut g = e.graph(&scope);
+    let a = logger(&mut g, &log, "a");
+    let b = g.call(|_| Err(boom("b"))).unwrap();
+    let c = logger(&mut g, &log, "c");
+    g.set_completion(a, b).unwrap();
+    g.set_completion(b, c).unwrap();
+    g.submit();
+    assert_eq!(scope.wait_idle(LONG).unwrap_err().message(), "b");
+    assert_eq!(log.get(), ["a"]);
+}
+
+#[test]
+fn join_waits_for_all() {
+    let e = exec();
+    let scope = Scope::new();
+    let log = Log::default();
+    let mut g = e.graph(&scope);
+    let ids: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|n| logger(&mut g, &log, n))
+        .collect();
+    let d = logger(&mut g, &log, "d");
+    for id in ids {
+        g.set_completion(id, d).unwrap();
+    }
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+    let got = log.get();
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[3], "d");
+}
+
+#[test]
+fn join_failure_runs_the_others_but_not_the_join() {
+    let e = exec();
+    let scope = Scope::new();
+    let log = Log::default();
+    let mut g = e.graph(&scope);
+    let a = logger(&mut g, &log, "a");
+    let b = g.call(|_| Err(boom("b"))).unwrap();
+    let c = logger(&mut g, &log, "c");
+    let d = logger(&mut g, &log, "d");
+    for id in [a, b, c] {
+        g.set_completion(id, d).unwrap();
+    }
+    g.submit();
+    assert_eq!(scope.wait_idle(LONG).unwrap_err().message(), "b");
+    let mut got = log.get();
+    got.sort();
+    assert_eq!(got, ["a", "c"], "independent tasks ran, the join did not");
+}
+
+#[test]
+fn fork_releases_every_dependent() {
+    let e = exec();
+    let scope = Scope::new();
+    let log = Log::default();
+    let mut g = e.graph(&scope);
+    let a = logger(&mut g, &log, "a");
+    let fork = g.barrier().unwrap();
+    let deps: Vec<_> = ["b", "c", "d"]
+        .iter()
+        .map(|n| logger(&mut g, &log, n))
+        .collect();
+    g.set_completion(a, fork).unwrap();
+    for d in deps {
+        g.fork(fork, d).unwrap();
+    }
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+    let got = log.get();
+    assert_eq!(got[0], "a");
+    let mut rest = got[1..].to_vec();
+    rest.sort();
+    assert_eq!(rest, ["b", "c", "d"]);
+}
+
+#[test]
+fn fork_failure_skips_every_dependent() {
+    let e = exec();
+    let scope = Scope::new();
+    let log = Log::default();
+    let mut g = e.graph(&scope);
+    let a = g.call(|_| Err(boom("a"))).unwrap();
+    let fork = g.barrier().unwrap();
+    let deps: Vec<_> = ["b", "c", "d"]
+        .iter()
+        .map(|n| logger(&mut g, &log, n))
+        .collect();
+    g.set_completion(a, fork).unwrap();
+    for d in deps {
+        g.fork(fork, d).unwrap();
+    }
+    g.submit();
+    assert_eq!(scope.wait_idle(LONG).unwrap_err().message(), "a");
+    assert!(log.get().is_empty());
+}
+
+#[test]
+fn fence_chains_signal_in_order() {
+    let e = exec();
+    let scope = Scope::new();
+    let s = Semaphore::new(0);
+    let mut g = e.graph(&scope);
+    let f1 = g.fence(Some((&s, 1))).unwrap();
+    let f2 = g.fence(Some((&s, 2))).unwrap();
+    let f3 = g.fence(Some((&s, 3))).unwrap();
+    g.set_completion(f1, f2).unwrap();
+    g.set_completion(f2, f3).unwrap();
+    g.submit();
+    s.wait(3, LONG).unwrap();
+    scope.wait_idle(LONG).unwrap();
+}
+
+#[test]
+fn fence_after_failure_fails_its_semaphore() {
+    let e = exec();
+    let scope = Scope::new();
+    let s = Semaphore::new(0);
+    let mut g = e.graph(&scope);
+    let a = g
+        .call(|_| Err(Error::new(ErrorKind::Aborted, "upstream")))
+        .unwrap();
+    let f = g.fence(Some((&s, 1))).unwrap();
+    g.set_completion(a, f).unwrap();
+    g.submit();
+    let err = s.wait(1, LONG).unwrap_err();
+    assert_eq!(
+        (err.kind(), err.message()),
+        (ErrorKind::Aborted, "upstream")
+    );
+    assert!(scope.wait_idle(LONG).is_err());
+}
+
+fn dispatch_counts(grid: [u32; 3]) -> Vec<u8> {
+    let e = exec();
+    let scope = Scope::new();
+    let n = (grid[0] * grid[1] * grid[2]) as usize;
+    let counts: Arc<Vec<AtomicU8>> = Arc::new((0..n).map(|_| AtomicU8::new(0)).collect());
+    let c = counts.clone();
+    let mut g = e.graph(&scope);
+    g.dispatch(grid, move |t: &Tile| {
+        assert_eq!(t.workgroup_count, grid);
+        let [x, y, z] = t.workgroup_id;
+        assert!(x < grid[0] && y < grid[1] && z < grid[2]);
+        let i = (x + grid[0] * (y + grid[1] * z)) as usize;
+        c[i].fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    })
+    .unwrap();
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+    counts.iter().map(|c| c.load(Ordering::SeqCst)).collect()
+}
+
+#[test]
+fn dispatch_grids_run_each_tile_exactly_once() {
+    for grid in [[0, 0, 0], [1, 2, 0], [1, 1, 1], [3, 4, 5], [100, 70, 3]] {
+        let counts = dispatch_counts(grid);
+        assert!(
+            counts.iter().all(|&c| c == 1),
+            "grid {grid:?}: {:?}",
+            &counts[..counts.len().min(20)]
+        );
+    }
+}
+
+#[test]
+fn dispatch_failure_at_one_tile() {
+    let e = exec();
+    let scope = Scope::new();
+    let after = Arc::new(AtomicU32::new(0));
+    let mut g = e.graph(&scope);
+    let d = g
+        .dispatch([10, 10, 1], |t: &Tile| {
+            if t.workgroup_id == [3, 7, 0] {
+                Err(boom("tile 3,7"))
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap();
+    let a = after.clone();
+    let next = g
+        .call(move |_| {
+            a.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    g.set_completion(d, next).unwrap();
+    g.submit();
+    assert_eq!(scope.wait_idle(LONG).unwrap_err().message(), "tile 3,7");
+    assert_eq!(after.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn panic_becomes_an_error_and_the_worker_keeps_working() {
+    let e = exec();
+    for _ in 0..3 {
+        let scope = Scope::new();
+        let mut g = e.graph(&scope);
+        g.call(|_| panic!("kaboom")).unwrap();
+        g.submit();
+        let err = scope.wait_idle(LONG).unwrap_err();
+        assert!(err.message().contains("kaboom"), "{err}");
+    }
+    let scope = Scope::new();
+    let mut g = e.graph(&scope);
+    let hits = Arc::new(AtomicU32::new(0));
+    for _ in 0..10 {
+        let h = hits.clone();
+        g.call(move |_| {
+            h.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    }
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 10);
+}
+
+#[test]
+fn wait_on_signalled_semaphore() {
+    let e = exec();
+    let scope = Scope::new();
+    let s = Semaphore::new(5);
+    let mut g = e.graph(&scope);
+    g.wait(&s, 3, Timeout::Never).unwrap();
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+}
+
+#[test]
+fn wait_on_unsignalled_semaphore_runs_after_signal() {
+    let e = exec();
+    let scope = Scope::new();
+    let s = Semaphore::new(0);
+    let ran = Arc::new(AtomicU32::new(0));
+    let mut g = e.graph(&scope);
+    let w = g.wait(&s, 2, Timeout::Never).unwrap();
+    let r = ran.clone();
+    let after = g
+        .call(move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    g.set_completion(w, after).unwrap();
+    g.submit();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "ran before the signal");
+    assert_eq!(scope.pending(), 2);
+    s.signal(2).unwrap();
+    scope.wait_idle(LONG).unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn wait_on_failing_semaphore_fails() {
+    let e = exec();
+    let scope = Scope::new();
+    let s = Semaphore::new(0);
+    let mut g = e.graph(&scope);
+    g.wait(&s, 1, Timeout::Never).unwrap();
+    g.submit();
+    std::thread::sleep(Duration::from_millis(5));
+    s.fail(Error::new(ErrorKind::Aborted, "upstream died"));
+    assert_eq!(
+        scope.wait_idle(LONG).unwrap_err().kind(),
+        ErrorKind::Aborted
+    );
+}
+
+#[test]
+fn wait_times_out() {
+    let e = exec();
+    let scope = Scope::new();
+    let s = Semaphore::new(0);
+    let mut g = e.graph(&scope);
+    g.wait(&s, 1, Duration::from_millis(20)).unwrap();
+    g.submit();
+    let start = std::time::Instant::now();
+    let err = scope.wait_idle(LONG).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DeadlineExceeded);
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn dropping_the_executor_cancels_parked_waits() {
+    let scope = Scope::new();
+    let s = Semaphore::new(0);
+    {
+        let e = exec();
+        let mut g = e.graph(&scope);
+        g.wait(&s, 1, Timeout::Never).unwrap();
+        g.submit();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(scope.pending(), 0);
+    assert_eq!(scope.error().unwrap().kind(), ErrorKind::Cancelled);
+}
+
+#[test]
+fn edges_must_go_forward_and_stay_in_their_graph() {
+    let e = exec();
+    let scope = Scope::new();
+    let mut g = e.graph(&scope);
+    let a = g.nop().unwrap();
+    let b = g.nop().unwrap();
+    assert_eq!(
+        g.set_completion(b, a).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        g.set_completion(a, a).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    g.set_completion(a, b).unwrap();
+    let c = g.nop().unwrap();
+    assert_eq!(
+        g.set_completion(a, c).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        g.fork(a, c).unwrap_err().kind(),
+        ErrorKind::InvalidArgument,
+        "not a barrier"
+    );
+    let mut other = e.graph(&scope);
+    let x = other.nop().unwrap();
+    assert_eq!(
+        g.set_completion(a, x).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    drop(other);
+    drop(g); // unsubmitted: freed, nothing runs
+    assert_eq!(scope.pending(), 0);
+    scope.wait_idle(Timeout::Immediate).unwrap();
+}
+
+#[test]
+fn executor_lifetime_stress() {
+    for i in 0..100u32 {
+        let e = Executor::new(ExecutorConfig {
+            workers: 1 + (i % 3) as usize,
+            spin: i % 2 == 0,
+        })
+        .unwrap();
+        let scope = Scope::new();
+        let hits = Arc::new(AtomicU32::new(0));
+        let mut g = e.graph(&scope);
+        for _ in 0..8 {
+            let h = hits.clone();
+            g.call(move |_| {
+                h.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+        }
+        g.submit();
+        scope.wait_idle(LONG).unwrap();
+        assert_eq!(hits.load(Ordering::SeqCst), 8);
+    }
+}
+
+#[test]
+fn thousand_serial_submissions_each_checked() {
+    let e = exec();
+    let scope = Scope::new();
+    let value = Arc::new(AtomicUsize::new(0));
+    for i in 0..1000usize {
+        let mut g = e.graph(&scope);
+        let v = value.clone();
+        g.call(move |_| {
+            v.store(i, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+        g.submit();
+        scope.wait_idle(LONG).unwrap();
+        assert_eq!(value.load(Ordering::SeqCst), i);
+    }
+}
