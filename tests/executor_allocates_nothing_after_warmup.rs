@@ -59,7 +59,10 @@ fn round(exec: &Executor, scope: &Scope, sum: &Arc<AtomicU64>) {
     let s = sum.clone();
     let d = g
         .dispatch([64, 64, 1], move |t: &Tile| {
-            s.fetch_add(u64::from(t.workgroup_id[0] + t.workgroup_id[1]), Ordering::Relaxed);
+            s.fetch_add(
+                u64::from(t.workgroup_id[0] + t.workgroup_id[1]),
+                Ordering::Relaxed,
+            );
             Ok(())
         })
         .unwrap();
@@ -87,6 +90,10 @@ fn fork_join_and_dispatch_allocate_nothing() {
         round(&exec, &scope, &sum);
     }
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
-    assert_eq!(sum.load(Ordering::Relaxed), 1050 * per_round, "every task ran");
+    assert_eq!(
+        sum.load(Ordering::Relaxed),
+        1050 * per_round,
+        "every task ran"
+    );
     assert_eq!(allocations, 0, "1000 rounds allocated {allocations} times");
 }

@@ -289,11 +289,7 @@ impl<'e> Graph<'e> {
         let mut ready = SList::new();
         while let Some(task) = self.tasks.pop_front() {
             // SAFETY: the graph owns the task until here.
-            if unsafe { task.as_ref() }
-                .pending
-                .load(crate::sync::atomic::Ordering::Relaxed)
-                == 0
-            {
+            if unsafe { task.as_ref() }.pending.get() == 0 {
                 // SAFETY: unlinked from `tasks` just above.
                 unsafe { ready.push_back(task) };
             }

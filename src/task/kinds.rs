@@ -7,13 +7,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 use std::time::Instant;
 
+use super::counters::TileCounter;
 use super::task::{Outcome, Task, VTable, CANCELLED};
 use super::worker::{Shared, Worker};
 use super::Tile;
 use crate::error::{Error, ErrorKind};
 use crate::list::DoubleLinks;
 use crate::semaphore::{Registration, Semaphore, Timepoint};
-use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, Ordering};
 
 unsafe fn no_skip(_task: NonNull<Task>) {}
 
@@ -145,7 +146,7 @@ where
     let t = unsafe { task.as_ref() };
     // Hold the task while it runs, so children finishing early cannot make
     // it ready before the closure returned.
-    t.pending.store(1, Ordering::Relaxed);
+    t.pending.set(1);
     let mut cx = CallContext {
         worker,
         task,
@@ -232,7 +233,7 @@ pub(crate) fn new_task<T>(
             next: crate::list::SingleLinks::new(),
             fork_next: std::cell::Cell::new(None),
             completion: std::cell::Cell::new(None),
-            pending: crate::sync::atomic::AtomicU32::new(0),
+            pending: super::counters::JoinCount::new(0),
             flags: crate::sync::atomic::AtomicU32::new(0),
             scope,
             vtable,
@@ -440,9 +441,7 @@ pub(crate) static WAIT: VTable = VTable {
 pub(crate) struct DispatchPayload<F> {
     f: F,
     grid: [u32; 3],
-    total: u64,
-    chunk: u64,
-    next: AtomicU64,
+    tiles: TileCounter,
     stop: AtomicBool,
 }
 
@@ -451,9 +450,10 @@ impl<F> DispatchPayload<F> {
         DispatchPayload {
             f,
             grid,
-            total: u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]),
-            chunk: 1,
-            next: AtomicU64::new(0),
+            tiles: TileCounter::new(
+                u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]),
+                1,
+            ),
             stop: AtomicBool::new(false),
         }
     }
@@ -471,15 +471,16 @@ where
     let t = unsafe { task.as_ref() };
     // SAFETY: the payload is a `DispatchPayload<F>`.
     let p = unsafe { &mut *Task::payload_ptr::<DispatchPayload<F>>(task) };
-    if t.runs.get() > 1 || p.total == 0 {
+    let total = p.tiles.total();
+    if t.runs.get() > 1 || total == 0 {
         // Second run: every shard finished (a failed one marks us FAILED
         // and we are skipped instead). Or nothing to do.
         return Outcome::Done(Ok(()));
     }
     let workers = worker.shared.slots.len() as u64;
-    let shards = workers.min(p.total).max(1);
-    p.chunk = (p.total / (shards * 16)).clamp(1, 1024);
-    t.pending.store(1, Ordering::Relaxed); // hold while adding shards
+    let shards = workers.min(total).max(1);
+    p.tiles = TileCounter::new(total, (total / (shards * 16)).clamp(1, 1024));
+    t.pending.set(1); // hold while adding shards
     for _ in 0..shards {
         let shard = match new_task(
             &worker.shared,
@@ -526,11 +527,9 @@ where
         if p.stop.load(Ordering::Relaxed) {
             return Outcome::Done(Ok(()));
         }
-        let start = p.next.fetch_add(p.chunk, Ordering::Relaxed);
-        if start >= p.total {
+        let Some((start, end)) = p.tiles.claim() else {
             return Outcome::Done(Ok(()));
-        }
-        let end = (start + p.chunk).min(p.total);
+        };
         let r = guarded(|| {
             for i in start..end {
                 let tile = Tile {

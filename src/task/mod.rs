@@ -9,6 +9,7 @@
 //! an atomic counter). A failed task's dependents do not run; tasks that do
 //! not depend on it still do. A panic in user code becomes an error.
 
+mod counters;
 mod executor;
 mod graph;
 mod kinds;
@@ -21,6 +22,13 @@ pub use executor::{Executor, ExecutorConfig};
 pub use graph::{Graph, TaskId};
 pub use kinds::CallContext;
 pub use scope::Scope;
+
+/// The executor's lock-free counters, public only for the loom models in
+/// `loom-tests/` (which must check the code the executor runs).
+#[doc(hidden)]
+pub mod __model {
+    pub use super::counters::{JoinCount, SleepState, TileCounter};
+}
 
 /// One workgroup of a dispatch: its id in the grid and the grid's size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

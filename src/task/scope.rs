@@ -85,6 +85,12 @@ impl Scope {
         }
     }
 
+    /// Keeps `error` as the scope's error if it is the first one (tasks do
+    /// this when they fail; callers may too).
+    pub fn fail(&self, error: Error) {
+        self.inner.record(error);
+    }
+
     pub(crate) fn as_ptr(&self) -> NonNull<ScopeInner> {
         NonNull::from(&*self.inner)
     }

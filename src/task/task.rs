@@ -4,6 +4,7 @@ use std::cell::Cell;
 use std::mem::{self, MaybeUninit};
 use std::ptr::NonNull;
 
+use super::counters::JoinCount;
 use super::scope::ScopeInner;
 use super::worker::Worker;
 use crate::error::Error;
@@ -59,7 +60,7 @@ pub(crate) struct Task {
     pub(crate) completion: Cell<Option<NonNull<Task>>>,
     /// Predecessors still running (+ a hold while the task itself runs and
     /// adds children).
-    pub(crate) pending: AtomicU32,
+    pub(crate) pending: JoinCount,
     /// `FAILED`, `CANCELLED`.
     pub(crate) flags: AtomicU32,
     pub(crate) scope: NonNull<ScopeInner>,
@@ -119,7 +120,7 @@ impl Task {
 
     /// Adds one predecessor.
     pub(crate) fn add_pending(&self) {
-        self.pending.fetch_add(1, Ordering::Relaxed);
+        self.pending.add();
     }
 
     /// Marks a predecessor's failure (before the decrement that may make
@@ -129,8 +130,7 @@ impl Task {
     }
 
     /// One predecessor finished: `true` if this made the task ready.
-    /// AcqRel: the predecessors' effects happen-before the task runs.
     pub(crate) fn finish_one(&self) -> bool {
-        self.pending.fetch_sub(1, Ordering::AcqRel) == 1
+        self.pending.finish_one()
     }
 }

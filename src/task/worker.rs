@@ -24,23 +24,19 @@ use std::time::Instant;
 use crossbeam_deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_utils::CachePadded;
 
+use super::counters::SleepState;
 use super::kinds::WaitState;
 use super::scope::ScopeInner;
 use super::task::{Outcome, Task, TaskPtr, CANCELLED, FAILED};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, SList, TransferStack};
 use crate::pool::{BlockCache, BlockPool, RawBlock};
-#[allow(unused_imports)]
-use crate::sync::atomic::AtomicU32;
-use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::thread::Thread;
 use crate::sync::{Arc, Mutex, MutexGuard};
 
 /// Tasks a worker's deque holds before the rest go to its overflow list.
 pub(crate) const LOCAL_CAP: usize = 64;
-
-const SLEEPER: u64 = 1;
-const EPOCH: u64 = 1 << 16;
 
 /// One worker's slot in the shared state.
 pub(crate) struct Slot {
@@ -55,7 +51,7 @@ pub(crate) struct Shared {
     pub(crate) injector: TransferStack<Task>,
     pub(crate) stealers: Box<[Stealer<TaskPtr>]>,
     pub(crate) slots: Box<[Slot]>,
-    sleep: CachePadded<AtomicU64>,
+    sleep: CachePadded<SleepState>,
     pub(crate) shutdown: AtomicBool,
     /// Tasks created and not yet retired (graphs not submitted included).
     pub(crate) live: AtomicUsize,
@@ -94,7 +90,7 @@ impl Shared {
                     sleeping: AtomicBool::new(false),
                 })
                 .collect(),
-            sleep: CachePadded::new(AtomicU64::new(0)),
+            sleep: CachePadded::new(SleepState::new()),
             shutdown: AtomicBool::new(false),
             live: AtomicUsize::new(0),
             waits: Mutex::new(DList::new()),
@@ -124,8 +120,7 @@ impl Shared {
 
     /// New work was published: bump the epoch; wake one sleeper if any.
     pub(crate) fn notify(&self) {
-        let old = self.sleep.fetch_add(EPOCH, Ordering::AcqRel);
-        if old & (EPOCH - 1) != 0 {
+        if self.sleep.notify() {
             self.wake_one();
         }
     }
@@ -141,7 +136,7 @@ impl Shared {
 
     /// Wakes every worker (shutdown, or the last task retired under it).
     pub(crate) fn wake_all(&self) {
-        self.sleep.fetch_add(EPOCH, Ordering::AcqRel);
+        self.sleep.notify();
         for slot in self.slots.iter() {
             slot.sleeping.store(false, Ordering::Release);
             unpark(slot);
@@ -192,7 +187,7 @@ impl Worker {
             unsafe { self.overflow.push_back(task) };
         }
         // Idle workers could help: cheap check first.
-        if self.shared.sleep.load(Ordering::Relaxed) & (EPOCH - 1) != 0 {
+        if self.shared.sleep.has_sleepers() {
             self.shared.notify();
         }
     }
@@ -252,13 +247,13 @@ impl Worker {
     /// No work found: spin a little, then park. `false`: time to exit.
     fn idle(&mut self) -> bool {
         let shared = self.shared.clone();
-        let epoch = shared.sleep.load(Ordering::Acquire) & !(EPOCH - 1);
+        let epoch = shared.sleep.epoch();
         #[cfg(not(loom))]
         if shared.spin {
             let backoff = crossbeam_utils::Backoff::new();
             while !backoff.is_completed() {
                 backoff.snooze();
-                if shared.sleep.load(Ordering::Acquire) & !(EPOCH - 1) != epoch {
+                if shared.sleep.epoch() != epoch {
                     return true;
                 }
             }
@@ -275,8 +270,7 @@ impl Worker {
         }
         let slot = &shared.slots[self.index];
         slot.sleeping.store(true, Ordering::Release);
-        let old = shared.sleep.fetch_add(SLEEPER, Ordering::AcqRel);
-        if old & !(EPOCH - 1) == epoch && !shared.shutdown.load(Ordering::Acquire) {
+        if shared.sleep.announce(epoch) && !shared.shutdown.load(Ordering::Acquire) {
             let deadline = self.nearest_deadline();
             while slot.sleeping.load(Ordering::Acquire) && !shared.shutdown.load(Ordering::Acquire)
             {
@@ -293,7 +287,7 @@ impl Worker {
             }
         }
         slot.sleeping.store(false, Ordering::Release);
-        shared.sleep.fetch_sub(SLEEPER, Ordering::AcqRel);
+        shared.sleep.leave();
         true
     }
 
