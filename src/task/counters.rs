@@ -22,6 +22,13 @@ impl JoinCount {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// One more predecessor while the task is still private to its builder
+    /// (no other thread can see it: a plain load and store, no RMW).
+    pub fn add_unshared(&self) {
+        self.0
+            .store(self.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
     /// Sets the count (a running task holding itself while it adds
     /// children: nobody else can touch it yet).
     pub fn set(&self, n: u32) {

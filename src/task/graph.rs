@@ -16,6 +16,7 @@ use super::worker::free_task;
 use super::Tile;
 use crate::error::{Error, ErrorKind};
 use crate::list::SList;
+use crate::pool::{BlockCache, BlockPool};
 use crate::semaphore::{Semaphore, Timeout};
 
 /// Graph identities, so a `TaskId` is only accepted by its own graph.
@@ -77,6 +78,8 @@ pub struct Graph<'e> {
     /// Every task created, through their `next` links.
     tasks: SList<Task>,
     count: u32,
+    /// Task blocks for this graph, taken from the pool in batches.
+    cache: BlockCache<&'e BlockPool>,
 }
 
 impl fmt::Debug for Graph<'_> {
@@ -93,17 +96,12 @@ impl<'e> Graph<'e> {
             id: NEXT_GRAPH.fetch_add(1, StdOrdering::Relaxed),
             tasks: SList::new(),
             count: 0,
+            cache: BlockCache::new(&exec.shared.pool),
         }
-    }
-
-    fn scope_ptr(&self) -> NonNull<ScopeInner> {
-        self.scope.as_ptr()
     }
 
     fn adopt(&mut self, task: Result<NonNull<Task>, Error>) -> Result<TaskId, Error> {
         let task = task?;
-        // SAFETY: the scope handle we hold keeps it alive.
-        unsafe { ScopeInner::enter(self.scope_ptr(), &self.scope) };
         let seq = self.count;
         self.count += 1;
         // SAFETY: just created, ours, in no list.
@@ -132,7 +130,13 @@ impl<'e> Graph<'e> {
 
     /// A task that does nothing (a join point).
     pub fn nop(&mut self) -> Result<TaskId, Error> {
-        let t = new_task(&self.exec.shared, None, self.scope_ptr(), &NOP, ());
+        let t = new_task(
+            &self.exec.shared,
+            Some(&mut self.cache),
+            self.scope.as_ptr(),
+            &NOP,
+            (),
+        );
         self.adopt(t)
     }
 
@@ -144,7 +148,12 @@ impl<'e> Graph<'e> {
     where
         F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
     {
-        let t = make_call(&self.exec.shared, None, self.scope_ptr(), f);
+        let t = make_call(
+            &self.exec.shared,
+            Some(&mut self.cache),
+            self.scope.as_ptr(),
+            f,
+        );
         self.adopt(t)
     }
 
@@ -153,8 +162,8 @@ impl<'e> Graph<'e> {
     pub fn barrier(&mut self) -> Result<TaskId, Error> {
         let t = new_task(
             &self.exec.shared,
-            None,
-            self.scope_ptr(),
+            Some(&mut self.cache),
+            self.scope.as_ptr(),
             &BARRIER,
             BarrierPayload {
                 head: None,
@@ -171,7 +180,13 @@ impl<'e> Graph<'e> {
         let payload = FencePayload {
             signal: signal.map(|(s, v)| (s.clone(), v)),
         };
-        let t = new_task(&self.exec.shared, None, self.scope_ptr(), &FENCE, payload);
+        let t = new_task(
+            &self.exec.shared,
+            Some(&mut self.cache),
+            self.scope.as_ptr(),
+            &FENCE,
+            payload,
+        );
         self.adopt(t)
     }
 
@@ -191,7 +206,13 @@ impl<'e> Graph<'e> {
             t => t.deadline_from(Instant::now()),
         };
         let state = WaitState::new(semaphore.clone(), value, deadline);
-        let t = new_task(&self.exec.shared, None, self.scope_ptr(), &WAIT, state);
+        let t = new_task(
+            &self.exec.shared,
+            Some(&mut self.cache),
+            self.scope.as_ptr(),
+            &WAIT,
+            state,
+        );
         self.adopt(t)
     }
 
@@ -207,8 +228,8 @@ impl<'e> Graph<'e> {
         let t = if super::task::Task::fits::<DispatchPayload<F>>() {
             new_task(
                 shared,
-                None,
-                self.scope_ptr(),
+                Some(&mut self.cache),
+                self.scope.as_ptr(),
                 dispatch_vtable::<F>(),
                 DispatchPayload::new(grid, f),
             )
@@ -216,8 +237,8 @@ impl<'e> Graph<'e> {
             let boxed: BoxedTileFn = Box::new(f);
             new_task(
                 shared,
-                None,
-                self.scope_ptr(),
+                Some(&mut self.cache),
+                self.scope.as_ptr(),
                 dispatch_vtable::<BoxedTileFn>(),
                 DispatchPayload::new(grid, boxed),
             )
@@ -244,7 +265,8 @@ impl<'e> Graph<'e> {
             ));
         }
         t.completion.set(Some(completion.task));
-        c.add_pending();
+        // Not submitted yet: only this thread sees the task.
+        c.pending.add_unshared();
         Ok(())
     }
 
@@ -280,12 +302,23 @@ impl<'e> Graph<'e> {
         }
         p.tail = Some(dependent.task);
         d.forked.set(true);
-        d.add_pending();
+        d.pending.add_unshared();
         Ok(())
     }
 
     /// Hands every task to the executor; those without predecessors start.
     pub fn submit(mut self) {
+        if self.count == 0 {
+            return;
+        }
+        // Count every task in its scope and in the executor at once, before
+        // any can run (and retire).
+        // SAFETY: the scope handle we hold keeps it alive.
+        unsafe { ScopeInner::enter(self.scope.as_ptr(), &self.scope, self.count as usize) };
+        self.exec
+            .shared
+            .live
+            .fetch_add(self.count as usize, crate::sync::atomic::Ordering::Relaxed);
         let mut ready = SList::new();
         while let Some(task) = self.tasks.pop_front() {
             // SAFETY: the graph owns the task until here.
@@ -309,14 +342,11 @@ fn backward(from: TaskId, to: TaskId) -> Error {
 
 impl Drop for Graph<'_> {
     fn drop(&mut self) {
-        // Not submitted: free every task without running it.
+        // Not submitted (or already emptied by `submit`): free every task
+        // without running it. They were never counted.
         while let Some(task) = self.tasks.pop_front() {
             // SAFETY: the graph owns its unsubmitted tasks.
-            unsafe {
-                let scope = task.as_ref().scope;
-                free_task(&self.exec.shared, None, task);
-                ScopeInner::leave(scope);
-            }
+            unsafe { free_task(&self.exec.shared, Some(&mut self.cache), task) };
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::ptr::NonNull;
+use std::ptr::{addr_of_mut, NonNull};
 use std::time::Instant;
 
 use super::counters::TileCounter;
@@ -126,6 +126,7 @@ impl CallContext<'_> {
         parent.add_pending();
         // SAFETY: the parent keeps the scope alive and non-idle.
         unsafe { parent.scope.as_ref() }.enter_from_task();
+        self.worker.shared.live.fetch_add(1, Ordering::Relaxed);
         self.children += 1;
         self.worker.push(child);
         Ok(())
@@ -190,9 +191,9 @@ where
 }
 
 /// Creates a call task (not yet ready: `pending` 0, no links).
-pub(crate) fn make_call<F>(
+pub(crate) fn make_call<F, P: std::ops::Deref<Target = crate::pool::BlockPool>>(
     shared: &Shared,
-    cache: Option<&mut crate::pool::BlockCache<&'static crate::pool::BlockPool>>,
+    cache: Option<&mut crate::pool::BlockCache<P>>,
     scope: NonNull<super::scope::ScopeInner>,
     f: F,
 ) -> Result<NonNull<Task>, Error>
@@ -214,9 +215,9 @@ where
 }
 
 /// Writes a task with payload `payload` into a fresh block.
-pub(crate) fn new_task<T>(
+pub(crate) fn new_task<T, P: std::ops::Deref<Target = crate::pool::BlockPool>>(
     shared: &Shared,
-    cache: Option<&mut crate::pool::BlockCache<&'static crate::pool::BlockPool>>,
+    cache: Option<&mut crate::pool::BlockCache<P>>,
     scope: NonNull<super::scope::ScopeInner>,
     vtable: &'static VTable,
     payload: T,
@@ -228,26 +229,23 @@ pub(crate) fn new_task<T>(
     };
     let task = block.as_ptr().cast::<Task>();
     // SAFETY: the block is ours, `TASK_BLOCK` bytes aligned to 64.
+    // Field by field: writing a whole `Task` value would copy its 192
+    // uninitialized payload bytes too.
     unsafe {
-        task.as_ptr().write(Task {
-            next: crate::list::SingleLinks::new(),
-            fork_next: std::cell::Cell::new(None),
-            completion: std::cell::Cell::new(None),
-            pending: super::counters::JoinCount::new(0),
-            flags: crate::sync::atomic::AtomicU32::new(0),
-            scope,
-            vtable,
-            block: block.index(),
-            forked: std::cell::Cell::new(false),
-            runs: std::cell::Cell::new(0),
-            seq: std::cell::Cell::new(0),
-            payload: super::task::Payload(
-                [const { std::mem::MaybeUninit::uninit() }; super::task::PAYLOAD],
-            ),
-        });
+        let t = task.as_ptr();
+        addr_of_mut!((*t).next).write(crate::list::SingleLinks::new());
+        addr_of_mut!((*t).fork_next).write(std::cell::Cell::new(None));
+        addr_of_mut!((*t).completion).write(std::cell::Cell::new(None));
+        addr_of_mut!((*t).pending).write(super::counters::JoinCount::new(0));
+        addr_of_mut!((*t).flags).write(crate::sync::atomic::AtomicU32::new(0));
+        addr_of_mut!((*t).scope).write(scope);
+        addr_of_mut!((*t).vtable).write(vtable);
+        addr_of_mut!((*t).block).write(block.index());
+        addr_of_mut!((*t).forked).write(std::cell::Cell::new(false));
+        addr_of_mut!((*t).runs).write(std::cell::Cell::new(0));
+        addr_of_mut!((*t).seq).write(std::cell::Cell::new(0));
         Task::payload_ptr::<T>(task).write(payload);
     }
-    shared.live.fetch_add(1, Ordering::Relaxed);
     Ok(task)
 }
 
@@ -503,6 +501,7 @@ where
         t.add_pending();
         // SAFETY: the dispatch keeps its scope alive and non-idle.
         unsafe { t.scope.as_ref() }.enter_from_task();
+        worker.shared.live.fetch_add(1, Ordering::Relaxed);
         worker.push(shard);
     }
     if t.finish_one() {
@@ -531,12 +530,27 @@ where
             return Outcome::Done(Ok(()));
         };
         let r = guarded(|| {
-            for i in start..end {
-                let tile = Tile {
-                    workgroup_id: [(i % x) as u32, (i / x % y) as u32, (i / (x * y)) as u32],
-                    workgroup_count: p.grid,
-                };
+            // One division per claimed range; then count x, y, z up.
+            let mut tile = Tile {
+                workgroup_id: [
+                    (start % x) as u32,
+                    (start / x % y) as u32,
+                    (start / (x * y)) as u32,
+                ],
+                workgroup_count: p.grid,
+            };
+            for _ in start..end {
                 (p.f)(&tile)?;
+                let id = &mut tile.workgroup_id;
+                id[0] += 1;
+                if id[0] == p.grid[0] {
+                    id[0] = 0;
+                    id[1] += 1;
+                    if id[1] == p.grid[1] {
+                        id[1] = 0;
+                        id[2] += 1;
+                    }
+                }
             }
             Ok(())
         });

@@ -56,7 +56,8 @@ impl Scope {
         }
     }
 
-    /// Tasks created in this scope and not yet retired.
+    /// Tasks submitted in this scope and not yet retired (workers publish
+    /// retirements in small batches, at the latest when they go idle).
     pub fn pending(&self) -> usize {
         self.inner.pending.load(Ordering::Acquire)
     }
@@ -118,16 +119,16 @@ impl ScopeInner {
         }
     }
 
-    /// One more outstanding task. The first one takes a reference that
+    /// `n` more outstanding tasks. Going from idle takes a reference that
     /// keeps the scope alive until it is idle again.
     ///
     /// # Safety
     /// `this` points to a live scope (the caller holds a handle or an
     /// outstanding task of it).
-    pub(crate) unsafe fn enter(this: NonNull<ScopeInner>, scope: &Scope) {
+    pub(crate) unsafe fn enter(this: NonNull<ScopeInner>, scope: &Scope, n: usize) {
         // SAFETY: live per contract.
         let inner = unsafe { this.as_ref() };
-        if inner.pending.fetch_add(1, Ordering::AcqRel) == 0 {
+        if inner.pending.fetch_add(n, Ordering::AcqRel) == 0 {
             let _ = Arc::into_raw(scope.inner.clone());
         }
     }
@@ -138,15 +139,17 @@ impl ScopeInner {
         debug_assert!(before > 0, "a running task keeps its scope non-idle");
     }
 
-    /// One task retired. The last one signals idle and drops the reference
-    /// `enter` took.
+    /// `n` counted tasks retired (workers batch their decrements; the
+    /// increments are never delayed, so the count never drops below the
+    /// truth). Reaching zero signals idle and drops the reference `enter`
+    /// took.
     ///
     /// # Safety
-    /// `this` is live and the caller retires one task it counted.
-    pub(crate) unsafe fn leave(this: NonNull<ScopeInner>) {
-        // SAFETY: our outstanding task keeps the scope alive until here.
+    /// `this` is live and the caller retires `n` tasks it counted.
+    pub(crate) unsafe fn leave(this: NonNull<ScopeInner>, n: usize) {
+        // SAFETY: our outstanding tasks keep the scope alive until here.
         let inner = unsafe { this.as_ref() };
-        if inner.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if inner.pending.fetch_sub(n, Ordering::AcqRel) == n {
             let n = inner.idles.fetch_add(1, Ordering::AcqRel) + 1;
             // Two idle transitions may race to signal; the later value
             // covers the earlier, so a rejected (lower) signal is fine.

@@ -127,7 +127,10 @@ impl Shared {
 
     fn wake_one(&self) {
         for slot in self.slots.iter() {
-            if slot.sleeping.swap(false, Ordering::AcqRel) {
+            // Load first: most slots are awake, and a swap would take their
+            // cache line from them.
+            if slot.sleeping.load(Ordering::Relaxed) && slot.sleeping.swap(false, Ordering::AcqRel)
+            {
                 unpark(slot);
                 return;
             }
@@ -159,7 +162,15 @@ pub(crate) struct Worker {
     overflow: SList<Task>,
     /// Task blocks, cached per worker (no atomics while the stash lasts).
     pub(crate) cache: BlockCache<&'static BlockPool>,
+    /// Retirements not yet subtracted from their scope's count...
+    retired_scope: Option<(NonNull<ScopeInner>, usize)>,
+    /// ... and from `shared.live` (flushed when idle, on a scope change,
+    /// or every `FLUSH_EVERY`).
+    retired_live: usize,
 }
+
+/// Retirements a worker batches before publishing them.
+const FLUSH_EVERY: usize = 64;
 
 impl Worker {
     /// # Safety
@@ -175,6 +186,8 @@ impl Worker {
             local,
             overflow: SList::new(),
             cache: BlockCache::new(pool),
+            retired_scope: None,
+            retired_live: 0,
         }
     }
 
@@ -186,8 +199,16 @@ impl Worker {
             // SAFETY: the task is ready and ours; not in any list.
             unsafe { self.overflow.push_back(task) };
         }
-        // Idle workers could help: cheap check first.
-        if self.shared.sleep.has_sleepers() {
+        // Idle workers could help: wake one if any is parked and not yet
+        // woken (a local push needs no strict protocol: this worker runs
+        // its own queue anyway).
+        if self.shared.sleep.has_sleepers()
+            && self
+                .shared
+                .slots
+                .iter()
+                .any(|s| s.sleeping.load(Ordering::Relaxed))
+        {
             self.shared.notify();
         }
     }
@@ -244,8 +265,44 @@ impl Worker {
         }
     }
 
+    /// Publishes the batched retirements: scopes may go idle, shutdown may
+    /// see the last task gone.
+    fn flush(&mut self) {
+        if let Some((scope, n)) = self.retired_scope.take() {
+            // SAFETY: our unpublished retirements keep the scope's count
+            // above zero, hence the scope alive, until this call.
+            unsafe { ScopeInner::leave(scope, n) };
+        }
+        if self.retired_live > 0 {
+            let n = std::mem::take(&mut self.retired_live);
+            if self.shared.live.fetch_sub(n, Ordering::AcqRel) == n
+                && self.shared.shutdown.load(Ordering::Acquire)
+            {
+                self.shared.wake_all();
+            }
+        }
+    }
+
+    /// Counts one retirement of a task of `scope`, in the batch.
+    fn count_retired(&mut self, scope: NonNull<ScopeInner>) {
+        match &mut self.retired_scope {
+            Some((s, n)) if *s == scope => *n += 1,
+            _ => {
+                if let Some((s, n)) = self.retired_scope.replace((scope, 1)) {
+                    // SAFETY: as in `flush`.
+                    unsafe { ScopeInner::leave(s, n) };
+                }
+            }
+        }
+        self.retired_live += 1;
+        if self.retired_live >= FLUSH_EVERY {
+            self.flush();
+        }
+    }
+
     /// No work found: spin a little, then park. `false`: time to exit.
     fn idle(&mut self) -> bool {
+        self.flush();
         let shared = self.shared.clone();
         let epoch = shared.sleep.epoch();
         #[cfg(not(loom))]
@@ -262,6 +319,7 @@ impl Worker {
             self.execute(task);
             return true;
         }
+        self.flush();
         if self.expire_waits() {
             return true; // requeued waits on our own deque: run them
         }
@@ -416,19 +474,19 @@ impl Worker {
         let scope: NonNull<ScopeInner> = t.scope;
         // SAFETY: the task is done; its payload is dropped once.
         unsafe { free_task(&self.shared, Some(&mut self.cache), task) };
-        // SAFETY: the task counted in its scope.
-        unsafe { ScopeInner::leave(scope) };
+        self.count_retired(scope);
         next
     }
 }
 
-/// Drops a task's payload and returns its block; counts it out of `live`.
+/// Drops a task's payload and returns its block (the caller accounts for
+/// the retirement).
 ///
 /// # Safety
 /// The caller owns `task`, which nobody will touch again.
-pub(crate) unsafe fn free_task(
+pub(crate) unsafe fn free_task<P: std::ops::Deref<Target = BlockPool>>(
     shared: &Shared,
-    cache: Option<&mut BlockCache<&'static BlockPool>>,
+    cache: Option<&mut BlockCache<P>>,
     task: NonNull<Task>,
 ) {
     // SAFETY: owned per contract.
@@ -443,8 +501,5 @@ pub(crate) unsafe fn free_task(
         Some(c) => unsafe { c.release(raw) },
         // SAFETY: as above.
         None => unsafe { shared.pool.release_raw(raw) },
-    }
-    if shared.live.fetch_sub(1, Ordering::AcqRel) == 1 && shared.shutdown.load(Ordering::Acquire) {
-        shared.wake_all();
     }
 }
