@@ -1,15 +1,16 @@
 //! The task executor against rayon, in the same groups and runs:
 //!
 //! - `fork_join_1024`: a nop, a barrier releasing 1024 empty calls, a join;
-//!   built, submitted and waited for, per iteration. Peer: `rayon::scope`
-//!   with 1024 empty `spawn`s.
+//!   built, submitted and waited for, per iteration (`fenceline`), or built
+//!   outside the timed part (`fenceline_prebuilt`: submission and running
+//!   only). Peer: `rayon::scope` with 1024 empty `spawn`s.
 //! - `join_tree`: a binary tree of 1024 leaves: fenceline calls `spawn`
 //!   two children and run again after them; peer: recursive `rayon::join`.
 //! - `dispatch_1m`: a trivial closure over 1M tiles (1024 x 1024 x 1);
 //!   peer: rayon `into_par_iter().for_each` over `0..1M`.
-//! - `chain_10k`: 10k tasks, each the completion of the one before (built
-//!   and run per iteration, so a hop includes building its task); peer: a
-//!   rayon scope where each task spawns the next.
+//! - `chain_10k`: 10k tasks, each the completion of the one before, built
+//!   and run per iteration (`fenceline`) or prebuilt (`fenceline_prebuilt`:
+//!   the hops alone); peer: a rayon scope where each task spawns the next.
 //! - `wake_latency`: from submitting one call to its start, with every
 //!   worker parked (idle 2 ms before each sample); peer: `rayon::spawn` on
 //!   an idle pool.
@@ -21,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fenceline::task::{CallContext, Executor, ExecutorConfig, Scope};
 use fenceline::{Error, Tile};
 
@@ -67,6 +68,32 @@ fn fork_join(c: &mut Criterion) {
             g.submit();
             scope.wait_idle(LONG).unwrap();
         })
+    });
+    group.bench_function("fenceline_prebuilt", |b| {
+        b.iter_batched(
+            || {
+                let mut g = exec.graph(&scope);
+                let start = g.nop().unwrap();
+                let fork = g.barrier().unwrap();
+                g.set_completion(start, fork).unwrap();
+                let mut ids = [None; 1024];
+                for slot in ids.iter_mut() {
+                    let id = g.call(|_| Ok(())).unwrap();
+                    g.fork(fork, id).unwrap();
+                    *slot = Some(id);
+                }
+                let join = g.nop().unwrap();
+                for id in ids.into_iter().flatten() {
+                    g.set_completion(id, join).unwrap();
+                }
+                g
+            },
+            |g| {
+                g.submit();
+                scope.wait_idle(LONG).unwrap();
+            },
+            BatchSize::PerIteration,
+        )
     });
     let rayon = pool();
     group.bench_function("rayon_scope_spawn", |b| {
@@ -170,6 +197,27 @@ fn chain(c: &mut Criterion) {
             g.submit();
             scope.wait_idle(LONG).unwrap();
         })
+    });
+    // The same chain built outside the timed part: submission and the
+    // hops alone (a ready dependent continues on the same worker).
+    group.bench_function("fenceline_prebuilt", |b| {
+        b.iter_batched(
+            || {
+                let mut g = exec.graph(&scope);
+                let mut prev = g.nop().unwrap();
+                for _ in 1..N {
+                    let next = g.nop().unwrap();
+                    g.set_completion(prev, next).unwrap();
+                    prev = next;
+                }
+                g
+            },
+            |g| {
+                g.submit();
+                scope.wait_idle(LONG).unwrap();
+            },
+            BatchSize::PerIteration,
+        )
     });
     let rayon = pool();
     group.bench_function("rayon_spawn_chain", |b| {

@@ -2,7 +2,7 @@
 //! executor, CUDA streams) gated by timeline semaphores, with zero heap
 //! allocations per submission in steady state.
 //!
-//! This release holds the foundation the scheduler stands on:
+//! This release holds the layers below the queues:
 //!
 //! - [`pool`]: a lock-free, ABA-safe [`BlockPool`](pool::BlockPool) of
 //!   fixed-size blocks and a bump [`Arena`](pool::Arena) over its blocks;
@@ -11,6 +11,8 @@
 //! - [`semaphore`]: timeline [`Semaphore`]s with host waits
 //!   ([`wait_all`], [`wait_any`], [`Timeout`]), timepoints and the device
 //!   [`EventPool`](semaphore::EventPool);
+//! - [`task`]: the CPU task system, a work-stealing
+//!   [`Executor`](task::Executor) running pool-allocated task DAGs;
 //! - [`Error`] and [`ErrorKind`].
 //!
 //! Every concurrent piece is written against `sync` (std or loom by

@@ -55,6 +55,25 @@ fn nop_and_call() {
     assert_eq!(scope.pending(), 0);
 }
 
+static CALL_FN_SUM: AtomicUsize = AtomicUsize::new(0);
+
+fn add_context(context: usize) -> Result<(), Error> {
+    CALL_FN_SUM.fetch_add(context, Ordering::SeqCst);
+    Ok(())
+}
+
+#[test]
+fn call_fn_with_context() {
+    let e = exec();
+    let scope = Scope::new();
+    let mut g = e.graph(&scope);
+    g.call_fn(add_context, 40).unwrap();
+    g.call_fn(add_context, 2).unwrap();
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+    assert_eq!(CALL_FN_SUM.load(Ordering::SeqCst), 42);
+}
+
 #[test]
 fn call_failure_is_kept_by_the_scope() {
     let e = exec();

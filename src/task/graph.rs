@@ -157,6 +157,16 @@ impl<'e> Graph<'e> {
         self.adopt(t)
     }
 
+    /// A call of a plain function with a context value (the C-style form
+    /// of [`call`](Self::call)).
+    pub fn call_fn(
+        &mut self,
+        f: fn(usize) -> Result<(), Error>,
+        context: usize,
+    ) -> Result<TaskId, Error> {
+        self.call(move |_| f(context))
+    }
+
     /// A barrier: completes at once and releases every task added with
     /// [`fork`](Self::fork).
     pub fn barrier(&mut self) -> Result<TaskId, Error> {
