@@ -24,6 +24,7 @@
 mod error;
 pub mod list;
 pub mod pool;
+pub mod queue;
 pub mod semaphore;
 mod sync;
 pub mod task;

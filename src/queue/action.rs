@@ -1,0 +1,269 @@
+//! `QueueAction`: one submission, in block-pool memory.
+
+use std::mem::MaybeUninit;
+use std::ptr::{addr_of_mut, NonNull};
+
+use crate::error::Error;
+use crate::list::{DoubleLinks, Linked, SingleLinks};
+use crate::pool::{BlockPool, RawBlock};
+use crate::semaphore::{AnyEvent, Semaphore, Timepoint};
+
+/// Waits and signals stored in the action itself.
+pub(crate) const INLINE: usize = 8;
+/// Device events one action can wait on (more fall back to host waits).
+pub(crate) const DEVICE_WAITS: usize = 4;
+
+/// A semaphore and a value.
+pub(crate) type Entry = (Semaphore, u64);
+
+/// Entries past the inline ones, in a chain of pool blocks.
+#[repr(C)]
+pub(crate) struct Overflow {
+    next: Option<NonNull<Overflow>>,
+    block: u32,
+    entries: [MaybeUninit<Entry>; OVERFLOW],
+}
+
+/// Entries per overflow block (fits the smallest action block, 512 bytes).
+pub(crate) const OVERFLOW: usize = 30;
+
+/// A submission. Owned by: the submit stack, then the issuer (pending list
+/// or a pass), or the semaphore it waits on (armed timepoint), or the
+/// backend (issued, through a `Completion`), exactly one at a time.
+#[repr(C)]
+pub(crate) struct QueueAction<P> {
+    /// Submit and woken stacks.
+    pub(crate) next: SingleLinks<QueueAction<P>>,
+    /// The issuer's list of pending actions (for shutdown).
+    pub(crate) pending: DoubleLinks<QueueAction<P>>,
+    /// Armed on `waits[cursor]` while pending.
+    pub(crate) timepoint: Timepoint,
+    /// The queue's shared state (type-erased for the timepoint callback).
+    pub(crate) owner: *const (),
+    pub(crate) block: u32,
+    pub(crate) wait_count: u32,
+    pub(crate) signal_count: u32,
+    /// Waits before this index are satisfied (or waited on the device).
+    pub(crate) cursor: u32,
+    pub(crate) armed: bool,
+    pub(crate) device_wait_count: u8,
+    pub(crate) device_waits: [Option<AnyEvent>; DEVICE_WAITS],
+    waits: [MaybeUninit<Entry>; INLINE],
+    signals: [MaybeUninit<Entry>; INLINE],
+    overflow: Option<NonNull<Overflow>>,
+    pub(crate) payload: MaybeUninit<P>,
+}
+// SAFETY: projects to the `next` field.
+unsafe impl<P> Linked<SingleLinks<QueueAction<P>>> for QueueAction<P> {
+    fn links(node: NonNull<Self>) -> NonNull<SingleLinks<QueueAction<P>>> {
+        // SAFETY: a field projection of a valid node pointer.
+        unsafe { NonNull::new_unchecked(addr_of_mut!((*node.as_ptr()).next)) }
+    }
+}
+
+// SAFETY: projects to the `pending` field.
+unsafe impl<P> Linked<DoubleLinks<QueueAction<P>>> for QueueAction<P> {
+    fn links(node: NonNull<Self>) -> NonNull<DoubleLinks<QueueAction<P>>> {
+        // SAFETY: a field projection of a valid node pointer.
+        unsafe { NonNull::new_unchecked(addr_of_mut!((*node.as_ptr()).pending)) }
+    }
+}
+
+// SAFETY: an action is owned by one thread at a time (see the type docs);
+// its payload must be `Send`.
+unsafe impl<P: Send> Send for QueueAction<P> {}
+
+impl<P> QueueAction<P> {
+    /// Builds an action in a fresh block of `pool`.
+    pub(crate) fn create(
+        pool: &BlockPool,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        payload: P,
+        wake: crate::semaphore::TimepointFn,
+        owner: *const (),
+    ) -> Result<NonNull<QueueAction<P>>, Error> {
+        let block = pool.acquire_raw()?;
+        let action = block.as_ptr().cast::<QueueAction<P>>();
+        let a = action.as_ptr();
+        // SAFETY: the block is ours and sized/aligned for an action (the
+        // pool was made for `QueueAction<P>`); fields are written in place.
+        unsafe {
+            addr_of_mut!((*a).next).write(SingleLinks::new());
+            addr_of_mut!((*a).pending).write(DoubleLinks::new());
+            addr_of_mut!((*a).timepoint).write(Timepoint::new(0, wake, a.cast_const().cast()));
+            addr_of_mut!((*a).owner).write(owner);
+            addr_of_mut!((*a).block).write(block.index());
+            addr_of_mut!((*a).wait_count).write(waits.len() as u32);
+            addr_of_mut!((*a).signal_count).write(signals.len() as u32);
+            addr_of_mut!((*a).cursor).write(0);
+            addr_of_mut!((*a).armed).write(false);
+            addr_of_mut!((*a).device_wait_count).write(0);
+            addr_of_mut!((*a).device_waits).write(Default::default());
+            addr_of_mut!((*a).overflow).write(None);
+            addr_of_mut!((*a).payload).write(MaybeUninit::new(payload));
+        }
+        let mut built = Built {
+            action,
+            pool,
+            written: 0,
+        };
+        let entries = waits.iter().chain(signals);
+        for (i, (sem, value)) in entries.enumerate() {
+            // SAFETY: `i` is below the total and the slot is unwritten.
+            let slot = unsafe { built.slot_for_write(i, waits.len()) }?;
+            slot.write(((*sem).clone(), *value));
+            built.written += 1;
+        }
+        std::mem::forget(built);
+        Ok(action)
+    }
+
+    fn total(&self) -> usize {
+        (self.wait_count + self.signal_count) as usize
+    }
+
+    /// Entry `i` of waits (`i < wait_count`) then signals.
+    fn entry(&self, i: usize) -> &Entry {
+        let w = self.wait_count as usize;
+        let slot = if i < w && i < INLINE {
+            &self.waits[i]
+        } else if i >= w && i - w < INLINE {
+            &self.signals[i - w]
+        } else {
+            let p = overflow_position(i, w);
+            let mut block = self.overflow;
+            for _ in 0..p / OVERFLOW {
+                // SAFETY: the chain holds every overflow entry written.
+                block = block.and_then(|b| unsafe { b.as_ref() }.next);
+            }
+            let Some(b) = block else {
+                unreachable!("overflow entry {p} was written at creation");
+            };
+            // SAFETY: as above; the block outlives `&self`.
+            &unsafe { &*b.as_ptr() }.entries[p % OVERFLOW]
+        };
+        // SAFETY: every entry below `total` was written at creation.
+        unsafe { slot.assume_init_ref() }
+    }
+
+    /// Wait `i`.
+    pub(crate) fn wait(&self, i: usize) -> &Entry {
+        debug_assert!(i < self.wait_count as usize);
+        self.entry(i)
+    }
+
+    /// Signal `i`.
+    pub(crate) fn signal(&self, i: usize) -> &Entry {
+        debug_assert!(i < self.signal_count as usize);
+        self.entry(self.wait_count as usize + i)
+    }
+
+    /// Drops the entries, events and payload and returns every block.
+    ///
+    /// # Safety
+    /// The caller owns the action; nothing will touch it again.
+    pub(crate) unsafe fn destroy(action: NonNull<QueueAction<P>>, pool: &BlockPool) {
+        // SAFETY: owned per contract.
+        let a = unsafe { &mut *action.as_ptr() };
+        let total = a.total();
+        for i in 0..total {
+            // SAFETY: written at creation, dropped once here.
+            unsafe { std::ptr::drop_in_place((a.entry(i) as *const Entry).cast_mut()) };
+        }
+        a.device_waits = Default::default();
+        // SAFETY: the payload was written at creation and not taken.
+        unsafe { a.payload.assume_init_drop() };
+        let mut next = a.overflow.take();
+        while let Some(b) = next {
+            // SAFETY: overflow blocks came from `pool`, released once.
+            unsafe {
+                next = b.as_ref().next;
+                pool.release_raw(RawBlock::from_parts(b.cast(), b.as_ref().block));
+            }
+        }
+        let block = a.block;
+        // SAFETY: the action is the start of block `block` of `pool`.
+        unsafe { pool.release_raw(RawBlock::from_parts(action.cast(), block)) };
+    }
+}
+
+/// Overflow slot of entry `i` (waits first, then signals, past the inline).
+fn overflow_position(i: usize, waits: usize) -> usize {
+    let wait_overflow = waits.saturating_sub(INLINE);
+    if i < waits {
+        i - INLINE
+    } else {
+        wait_overflow + (i - waits - INLINE)
+    }
+}
+
+/// An action being filled; frees what was written if filling fails.
+struct Built<'p, P> {
+    action: NonNull<QueueAction<P>>,
+    pool: &'p BlockPool,
+    written: usize,
+}
+
+impl<P> Built<'_, P> {
+    /// The slot for entry `i`, chaining an overflow block when needed.
+    ///
+    /// # Safety
+    /// `i == self.written` (entries are filled in order).
+    unsafe fn slot_for_write(
+        &mut self,
+        i: usize,
+        waits: usize,
+    ) -> Result<&mut MaybeUninit<Entry>, Error> {
+        // SAFETY: we own the action being built.
+        let a = unsafe { &mut *self.action.as_ptr() };
+        if i < waits && i < INLINE {
+            return Ok(&mut a.waits[i]);
+        }
+        if i >= waits && i - waits < INLINE {
+            return Ok(&mut a.signals[i - waits]);
+        }
+        let p = overflow_position(i, waits);
+        // Walk to (or grow) block p / OVERFLOW.
+        let mut link: &mut Option<NonNull<Overflow>> = &mut a.overflow;
+        for _ in 0..p / OVERFLOW {
+            let Some(b) = link else {
+                unreachable!("blocks are chained in order");
+            };
+            // SAFETY: blocks in the chain are ours.
+            link = unsafe { &mut (*b.as_ptr()).next };
+        }
+        if link.is_none() {
+            let block = self.pool.acquire_raw()?;
+            let b = block.as_ptr().cast::<Overflow>();
+            // SAFETY: a fresh block, large enough for an `Overflow` (the
+            // pool's blocks are at least 512 bytes).
+            unsafe {
+                addr_of_mut!((*b.as_ptr()).next).write(None);
+                addr_of_mut!((*b.as_ptr()).block).write(block.index());
+            }
+            *link = Some(b);
+        }
+        let Some(b) = *link else {
+            unreachable!("just chained");
+        };
+        // SAFETY: the block is ours; its entries array is in bounds.
+        Ok(unsafe { &mut (*b.as_ptr()).entries[p % OVERFLOW] })
+    }
+}
+
+impl<P> Drop for Built<'_, P> {
+    fn drop(&mut self) {
+        // Creation failed part way: drop the entries written so far, the
+        // payload, and return the blocks.
+        // SAFETY: we own the partly built action.
+        let a = unsafe { &mut *self.action.as_ptr() };
+        let waits = a.wait_count as usize;
+        a.wait_count = (self.written.min(waits)) as u32;
+        a.signal_count = self.written.saturating_sub(waits) as u32;
+        // SAFETY: the counts now cover exactly the written entries.
+        unsafe { QueueAction::destroy(self.action, self.pool) };
+    }
+}
+
+static_assertions::const_assert!(std::mem::size_of::<Overflow>() <= 512);

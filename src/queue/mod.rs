@@ -1,0 +1,40 @@
+//! The pending queue: actions gated by timeline semaphores, issued to a
+//! backend without a mutex and without allocating.
+//!
+//! # Invariants (DESIGN.md, "Pending queue"), and where they are kept
+//!
+//! - **Submit** builds a [`QueueAction`](action) in block-pool memory (wait
+//!   and signal lists copied inline, 8 of each, more in chained pool
+//!   blocks; the payload; backend scratch), pushes it on a `TransferStack`
+//!   and requests an issue. No lock, no allocation (`PendingQueue::submit`).
+//! - **Issue is a drain protocol**, not a lock (`PendingQueue::issue`): the
+//!   caller that raises the request counter from 0 becomes the issuer and
+//!   runs passes until it can swing the counter back to 0 from the value
+//!   its last pass began with; everyone else only bumps the counter. A
+//!   request made during a pass makes that CAS fail, so the issuer passes
+//!   again: nothing is stranded, and only one thread ever runs a pass.
+//! - **A pass looks only at new and woken actions** (`Shared::pass`): new
+//!   ones come from the submit stack in submission order; a pending action
+//!   arms *one* queue-wake timepoint, on its first unsatisfied wait, and is
+//!   looked at again only when that timepoint fires (the callback pushes it
+//!   on the woken stack and requests an issue). Each action keeps a cursor
+//!   over its waits, so every wait is examined once. A completion that
+//!   readies one action costs O(1), however deep the backlog.
+//! - **Completion** (`Completion::complete`) signals the action's
+//!   semaphores (or fails them with the payload's error), releases the
+//!   action's memory, and the timepoints it fires request the issue passes
+//!   that follow. It may run on any thread, during a pass or not.
+//! - **Failure**: a failed wait semaphore fails the action's signal
+//!   semaphores with that error and skips the payload; so does a payload
+//!   error; an error issuing one action fails only that action.
+//! - **Shutdown** (`PendingQueue::shutdown`, also on drop) fails every
+//!   action still pending with `Cancelled`, waits for issued ones to
+//!   complete, and returns all memory.
+
+mod action;
+mod backend;
+mod pending;
+pub mod testing;
+
+pub use backend::{Backend, Completion};
+pub use pending::PendingQueue;

@@ -1,0 +1,410 @@
+//! `PendingQueue`: submit, the issue drain protocol, completion, shutdown.
+//! The invariants are listed in the [module docs](super).
+
+use std::fmt;
+use std::mem;
+use std::ptr::NonNull;
+
+use crossbeam_utils::CachePadded;
+
+use super::action::{QueueAction, DEVICE_WAITS};
+use super::backend::{Backend, Completion};
+use crate::error::{Error, ErrorKind};
+use crate::list::{DList, TransferStack};
+use crate::pool::{BlockPool, BlockPoolConfig};
+use crate::semaphore::{Registration, Semaphore, Timepoint};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::UnsafeCell;
+
+type Action<B> = QueueAction<<B as Backend>::Payload>;
+
+/// State shared by the queue handle, its actions and their callbacks.
+pub(crate) struct Shared<B: Backend> {
+    backend: B,
+    pool: BlockPool,
+    /// Submitted, not yet looked at.
+    incoming: TransferStack<Action<B>>,
+    /// Pending actions whose timepoint fired.
+    woken: TransferStack<Action<B>>,
+    /// Issue requests; whoever raises it from 0 is the issuer.
+    requests: CachePadded<AtomicUsize>,
+    closed: AtomicBool,
+    /// The handle's reference + one per live action + one per running
+    /// `issue`; the last release frees the state.
+    refs: CachePadded<AtomicUsize>,
+    /// Only the issuer touches this (the drain protocol excludes others).
+    issuer: UnsafeCell<IssuerState<B::Payload>>,
+    /// Actions examined by passes (a cost counter for tests).
+    examined: AtomicU64,
+}
+
+struct IssuerState<P> {
+    pending: DList<QueueAction<P>>,
+}
+
+// SAFETY: actions move between threads with their ownership; the issuer
+// state is only touched by the single issuer (drain protocol); the rest is
+// atomic or `Sync`.
+unsafe impl<B: Backend> Send for Shared<B> {}
+// SAFETY: as above.
+unsafe impl<B: Backend> Sync for Shared<B> {}
+
+/// The lock-free pending queue of one device queue, generic over its
+/// [`Backend`]. See the [module docs](super) for the protocol.
+pub struct PendingQueue<B: Backend> {
+    shared: NonNull<Shared<B>>,
+}
+
+// SAFETY: the handle only reaches the `Sync` shared state.
+unsafe impl<B: Backend> Send for PendingQueue<B> {}
+// SAFETY: as above.
+unsafe impl<B: Backend> Sync for PendingQueue<B> {}
+
+impl<B: Backend> fmt::Debug for PendingQueue<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingQueue").finish()
+    }
+}
+
+impl<B: Backend> PendingQueue<B> {
+    /// A queue issuing to `backend`.
+    pub fn new(backend: B) -> Result<PendingQueue<B>, Error> {
+        let size = mem::size_of::<Action<B>>().max(512);
+        let pool = BlockPool::with_config(BlockPoolConfig {
+            block_size: size.next_power_of_two(),
+            align: mem::align_of::<Action<B>>().max(64),
+            first_chunk_blocks: 64,
+            max_blocks: None,
+        })?;
+        let shared = Box::new(Shared {
+            backend,
+            pool,
+            incoming: TransferStack::new(),
+            woken: TransferStack::new(),
+            requests: CachePadded::new(AtomicUsize::new(0)),
+            closed: AtomicBool::new(false),
+            refs: CachePadded::new(AtomicUsize::new(1)),
+            issuer: UnsafeCell::new(IssuerState {
+                pending: DList::new(),
+            }),
+            examined: AtomicU64::new(0),
+        });
+        Ok(PendingQueue {
+            shared: NonNull::from(Box::leak(shared)),
+        })
+    }
+
+    fn shared(&self) -> &Shared<B> {
+        // SAFETY: the handle holds a reference until it drops.
+        unsafe { self.shared.as_ref() }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.shared().backend
+    }
+
+    /// Submits an action: `payload` runs once every `(semaphore, value)` of
+    /// `waits` is reached; then every `(semaphore, value)` of `signals` is
+    /// signalled (or failed with the payload's error). No lock, and no
+    /// allocation once the queue's pool is warm.
+    ///
+    /// Errors: `Cancelled` after [`shutdown`](Self::shutdown) (the signals
+    /// are failed with it); `ResourceExhausted` if no memory.
+    pub fn submit(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        payload: B::Payload,
+    ) -> Result<(), Error> {
+        let shared = self.shared();
+        if shared.closed.load(Ordering::Acquire) {
+            let e = cancelled();
+            for (s, _) in signals {
+                s.fail(e.clone());
+            }
+            return Err(e);
+        }
+        let owner = (shared as *const Shared<B>).cast::<()>();
+        let action = QueueAction::create(
+            &shared.pool,
+            waits,
+            signals,
+            payload,
+            queue_wake::<B>,
+            owner,
+        )?;
+        shared.refs.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: a new action, handed to the submit stack.
+        unsafe { shared.incoming.push(action) };
+        shared.request_issue();
+        Ok(())
+    }
+
+    /// Runs the drain protocol on this thread (for a backend's issuer
+    /// thread, after [`Backend::wake_issuer`]).
+    pub fn issue(&self) {
+        self.shared().issue();
+    }
+
+    /// Cancels every pending action (their signals fail with `Cancelled`)
+    /// and refuses new ones. Issued actions still complete. Idempotent;
+    /// also done on drop.
+    pub fn shutdown(&self) {
+        let shared = self.shared();
+        shared.closed.store(true, Ordering::Release);
+        shared.issue();
+    }
+
+    /// Actions examined by issue passes so far (each new or woken action
+    /// counts once per pass that looks at it): proves a pass never rescans
+    /// the backlog.
+    #[doc(hidden)]
+    pub fn actions_examined(&self) -> u64 {
+        self.shared().examined.load(Ordering::Relaxed)
+    }
+
+    /// Blocks of the queue's action pool (for allocation tests).
+    #[doc(hidden)]
+    pub fn pool_capacity(&self) -> usize {
+        self.shared().pool.capacity()
+    }
+}
+
+impl<B: Backend> Drop for PendingQueue<B> {
+    fn drop(&mut self) {
+        self.shutdown();
+        // SAFETY: the handle's reference, given up once; the last holder
+        // (this, or the last action to finish) frees the state.
+        unsafe { Shared::release(self.shared) };
+    }
+}
+
+fn cancelled() -> Error {
+    Error::new(
+        ErrorKind::Cancelled,
+        "the queue was shut down before the action ran",
+    )
+}
+
+/// Timepoint callback of a pending action: hand it back to the issuer.
+///
+/// # Safety
+/// `tp` is the timepoint of a live `Action<B>` whose owner is a `Shared<B>`.
+unsafe fn queue_wake<B: Backend>(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
+    // SAFETY: the context is the action, the owner its live queue (the
+    // action holds a reference to it).
+    let action =
+        unsafe { NonNull::new_unchecked(tp.as_ref().context().cast_mut().cast::<Action<B>>()) };
+    // SAFETY: as above.
+    let shared = unsafe { &*(*action.as_ptr()).owner.cast::<Shared<B>>() };
+    // SAFETY: the fired timepoint gave us the action; the stack takes it.
+    unsafe { shared.woken.push(action) };
+    shared.request_issue();
+}
+
+enum Class {
+    Ready,
+    Pending,
+    Failed(Error),
+}
+
+impl<B: Backend> Shared<B> {
+    /// Drops one reference; the last frees the state.
+    ///
+    /// # Safety
+    /// The caller owns one reference.
+    unsafe fn release(this: NonNull<Shared<B>>) {
+        // SAFETY: our reference keeps it alive until here.
+        if unsafe { this.as_ref() }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // SAFETY: the last reference: nothing else can reach it.
+            drop(unsafe { Box::from_raw(this.as_ptr()) });
+        }
+    }
+
+    /// Asks for an issue pass: runs it here if this thread may, else wakes
+    /// the backend's issuer.
+    fn request_issue(&self) {
+        if self.backend.can_issue_inline() {
+            self.issue();
+        } else {
+            self.backend.wake_issuer();
+        }
+    }
+
+    /// The drain protocol.
+    fn issue(&self) {
+        // Hold a reference while this call runs: the last action may
+        // finish during a pass after the handle is gone.
+        self.refs.fetch_add(1, Ordering::Relaxed);
+        // AcqRel: acquire what requesters published before bumping;
+        // release our own pushes to the issuer we may hand over to.
+        let mut seen = self.requests.fetch_add(1, Ordering::AcqRel) + 1;
+        if seen == 1 {
+            loop {
+                // SAFETY: the counter went from 0 to 1 under us: we are the
+                // only issuer until we swing it back to 0.
+                self.pass(unsafe { self.issuer_state() });
+                match self
+                    .requests
+                    .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => break,
+                    Err(now) => seen = now,
+                }
+            }
+        }
+        // SAFETY: the reference taken above.
+        unsafe { Shared::release(NonNull::from(self)) };
+    }
+
+    /// # Safety
+    /// The caller is the issuer (drain protocol).
+    #[allow(clippy::mut_from_ref)] // exclusive by the protocol, not by borrow
+    unsafe fn issuer_state(&self) -> &mut IssuerState<B::Payload> {
+        // SAFETY: forwarded contract: only the issuer gets here.
+        self.issuer.with_mut(|p| unsafe { &mut *p })
+    }
+
+    /// One pass: woken actions (older), then new ones, in order.
+    fn pass(&self, st: &mut IssuerState<B::Payload>) {
+        let closed = self.closed.load(Ordering::Acquire);
+        let mut examined = 0;
+        let mut woken = self.woken.take_all();
+        while let Some(action) = woken.pop_front() {
+            // SAFETY: a woken action was armed, hence in `pending`.
+            unsafe {
+                st.pending.erase(action);
+                (*action.as_ptr()).armed = false;
+            }
+            examined += 1;
+            self.handle(st, action, closed);
+        }
+        let mut new = self.incoming.take_all();
+        while let Some(action) = new.pop_front() {
+            examined += 1;
+            self.handle(st, action, closed);
+        }
+        if closed {
+            self.cancel_pending(st);
+        }
+        self.examined.fetch_add(examined, Ordering::Relaxed);
+    }
+
+    fn handle(&self, st: &mut IssuerState<B::Payload>, action: NonNull<Action<B>>, closed: bool) {
+        if closed {
+            self.finish(action, Err(cancelled()));
+            return;
+        }
+        match self.classify(action) {
+            Class::Ready => self.backend.issue(Completion {
+                action,
+                shared: NonNull::from(self),
+            }),
+            // SAFETY: armed and ours to list.
+            Class::Pending => unsafe { st.pending.push_back(action) },
+            Class::Failed(e) => self.finish(action, Err(e)),
+        }
+    }
+
+    /// Advances the action's wait cursor; arms its timepoint on the first
+    /// wait that is neither reached nor satisfiable on the device.
+    fn classify(&self, action: NonNull<Action<B>>) -> Class {
+        // SAFETY: the issuer owns the action during the pass.
+        let a = unsafe { &mut *action.as_ptr() };
+        while a.cursor < a.wait_count {
+            let (sem, value) = a.wait(a.cursor as usize);
+            let (sem, value) = (sem.clone(), *value);
+            match sem.query() {
+                Err(e) => return Class::Failed(e),
+                Ok(v) if v >= value => {
+                    a.cursor += 1;
+                    continue;
+                }
+                Ok(_) => {}
+            }
+            if usize::from(a.device_wait_count) < DEVICE_WAITS {
+                if let Some(event) = self.backend.device_wait(&sem, value) {
+                    a.device_waits[usize::from(a.device_wait_count)] = Some(event);
+                    a.device_wait_count += 1;
+                    a.cursor += 1;
+                    continue;
+                }
+            }
+            a.timepoint =
+                Timepoint::new(value, queue_wake::<B>, action.as_ptr().cast_const().cast());
+            a.armed = true;
+            // SAFETY: the timepoint lives in the action, which stays put
+            // until the callback hands it back (or `cancel` succeeds).
+            match unsafe { sem.register(NonNull::from(&a.timepoint)) } {
+                Registration::Pending => return Class::Pending,
+                Registration::Reached => {
+                    a.armed = false;
+                    a.cursor += 1;
+                }
+                Registration::Failed(e) => {
+                    a.armed = false;
+                    return Class::Failed(e);
+                }
+            }
+        }
+        Class::Ready
+    }
+
+    /// Cancels every pending action whose timepoint can still be cancelled
+    /// (the others are being woken and will be cancelled by the next pass).
+    fn cancel_pending(&self, st: &mut IssuerState<B::Payload>) {
+        let mut cursor = st.pending.front();
+        while let Some(action) = cursor {
+            // SAFETY: linked in `pending`.
+            cursor = unsafe { st.pending.next(action) };
+            // SAFETY: the issuer owns listed actions' bookkeeping.
+            let a = unsafe { &*action.as_ptr() };
+            let (sem, _) = a.wait(a.cursor as usize);
+            // SAFETY: armed on `sem` (the wait at the cursor).
+            if unsafe { sem.cancel(NonNull::from(&a.timepoint)) } {
+                // SAFETY: linked in `pending`; now ours.
+                unsafe { st.pending.erase(action) };
+                self.finish(action, Err(cancelled()));
+            }
+        }
+    }
+
+    /// Signals (or fails) the action's semaphores and frees it.
+    pub(crate) fn finish(&self, action: NonNull<Action<B>>, result: Result<(), Error>) {
+        // SAFETY: the caller owns the finished action.
+        let a = unsafe { &*action.as_ptr() };
+        match result {
+            Ok(()) => {
+                for i in 0..a.signal_count as usize {
+                    let (sem, value) = a.signal(i);
+                    if let Err(e) = sem.signal(*value) {
+                        // A failed semaphore keeps its first error; a value
+                        // that does not advance is the submitter's bug,
+                        // surfaced to every waiter.
+                        sem.fail(e);
+                    }
+                }
+            }
+            Err(e) => {
+                for i in 0..a.signal_count as usize {
+                    a.signal(i).0.fail(e.clone());
+                }
+            }
+        }
+        // SAFETY: owned and done; its blocks go back to our pool.
+        unsafe { QueueAction::destroy(action, &self.pool) };
+        // SAFETY: the action's reference, given up once.
+        unsafe { Shared::release(NonNull::from(self)) };
+    }
+}
+
+impl<B: Backend> Drop for Shared<B> {
+    fn drop(&mut self) {
+        // The last reference: every action finished. Anything still on a
+        // stack would be a bug; cancel it rather than leak it.
+        let stray = self.incoming.take_all();
+        debug_assert!(stray.is_empty(), "actions left on the submit stack");
+        let _ = stray;
+    }
+}

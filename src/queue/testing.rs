@@ -1,0 +1,96 @@
+//! A deterministic backend for tests: issued actions wait in a list until
+//! the test completes them, so ordering and races can be tested without
+//! device threads (and under loom).
+
+use std::collections::VecDeque;
+
+use super::backend::{Backend, Completion};
+use crate::error::Error;
+use crate::sync::Mutex;
+
+/// Payload of the testing backend: an id the test chooses.
+pub type TestPayload = u64;
+
+/// Issued actions are kept, in issue order, until the test completes them.
+/// With `auto_complete`, each action completes inside `issue` instead.
+#[derive(Debug)]
+pub struct TestingBackend {
+    issued: Mutex<VecDeque<Completion<TestingBackend>>>,
+    log: Mutex<Vec<TestPayload>>,
+    auto_complete: bool,
+}
+
+impl Default for TestingBackend {
+    fn default() -> Self {
+        Self::new(false)
+    }
+}
+
+impl TestingBackend {
+    /// A backend that holds issued actions (`auto_complete: false`) or
+    /// completes them `Ok` as soon as they are issued.
+    pub fn new(auto_complete: bool) -> TestingBackend {
+        TestingBackend {
+            issued: Mutex::new(VecDeque::with_capacity(64)),
+            log: Mutex::new(Vec::with_capacity(64)),
+            auto_complete,
+        }
+    }
+
+    /// Ids of every action issued so far, in issue order.
+    pub fn issued_log(&self) -> Vec<TestPayload> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Forgets the issue log (keeps its capacity).
+    pub fn clear_log(&self) {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Issued actions not completed yet.
+    pub fn in_flight(&self) -> usize {
+        self.issued.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Completes the oldest issued action with `result`; returns its id.
+    pub fn complete_next(&self, result: Result<(), Error>) -> Option<TestPayload> {
+        // Pop under the lock, complete outside it: completing may issue
+        // more actions into this backend.
+        let work = self
+            .issued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()?;
+        let id = *work.payload();
+        work.complete(result);
+        Some(id)
+    }
+
+    /// Completes every issued action, including those issued meanwhile.
+    pub fn complete_all(&self) -> usize {
+        let mut n = 0;
+        while self.complete_next(Ok(())).is_some() {
+            n += 1;
+        }
+        n
+    }
+}
+
+impl Backend for TestingBackend {
+    type Payload = TestPayload;
+
+    fn issue(&self, work: Completion<Self>) {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(*work.payload());
+        if self.auto_complete {
+            work.complete(Ok(()));
+        } else {
+            self.issued
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_back(work);
+        }
+    }
+}

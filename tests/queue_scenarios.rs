@@ -1,0 +1,306 @@
+//! Scenario tests of the pending queue on the deterministic testing backend.
+
+use std::sync::{Arc, Mutex};
+
+use fenceline::queue::testing::TestingBackend;
+use fenceline::queue::{Backend, Completion, PendingQueue};
+use fenceline::semaphore::{AnyEvent, EventPool};
+use fenceline::{Error, ErrorKind, Semaphore};
+
+fn queue() -> PendingQueue<TestingBackend> {
+    PendingQueue::new(TestingBackend::new(false)).unwrap()
+}
+
+#[test]
+fn submit_with_no_waits_issues_at_once() {
+    let q = queue();
+    let s = Semaphore::new(0);
+    q.submit(&[], &[(&s, 1)], 7).unwrap();
+    assert_eq!(q.backend().issued_log(), [7]);
+    assert_eq!(s.query().unwrap(), 0, "signalled only on completion");
+    assert_eq!(q.backend().complete_next(Ok(())), Some(7));
+    assert_eq!(s.query().unwrap(), 1);
+}
+
+#[test]
+fn wait_satisfied_before_submit() {
+    let q = queue();
+    let s = Semaphore::new(3);
+    q.submit(&[(&s, 3)], &[], 1).unwrap();
+    assert_eq!(q.backend().issued_log(), [1]);
+    q.backend().complete_all();
+}
+
+#[test]
+fn wait_satisfied_later_by_host_signal() {
+    let q = queue();
+    let s = Semaphore::new(0);
+    let done = Semaphore::new(0);
+    q.submit(&[(&s, 1)], &[(&done, 1)], 1).unwrap();
+    assert!(
+        q.backend().issued_log().is_empty(),
+        "issued before its wait"
+    );
+    s.signal(1).unwrap();
+    assert_eq!(q.backend().issued_log(), [1]);
+    q.backend().complete_all();
+    assert_eq!(done.query().unwrap(), 1);
+}
+
+#[test]
+fn reverse_order_submission() {
+    let q = queue();
+    let s = Semaphore::new(0);
+    q.submit(&[(&s, 1)], &[], 2).unwrap(); // consumer first
+    q.submit(&[], &[(&s, 1)], 1).unwrap(); // then its producer
+    assert_eq!(q.backend().issued_log(), [1]);
+    q.backend().complete_next(Ok(())).unwrap();
+    assert_eq!(q.backend().issued_log(), [1, 2]);
+    q.backend().complete_all();
+}
+
+#[test]
+fn two_consumers_of_different_values() {
+    let q = queue();
+    let s = Semaphore::new(0);
+    q.submit(&[(&s, 2)], &[], 2).unwrap();
+    q.submit(&[(&s, 1)], &[], 1).unwrap();
+    s.signal(1).unwrap();
+    assert_eq!(q.backend().issued_log(), [1]);
+    s.signal(2).unwrap();
+    assert_eq!(q.backend().issued_log(), [1, 2]);
+    q.backend().complete_all();
+}
+
+#[test]
+fn wait_for_a_value_already_passed() {
+    let q = queue();
+    let s = Semaphore::new(5);
+    q.submit(&[(&s, 3)], &[], 1).unwrap();
+    assert_eq!(q.backend().issued_log(), [1]);
+    q.backend().complete_all();
+}
+
+#[test]
+fn chain_of_10k_actions() {
+    const N: u64 = 10_000;
+    let q = queue();
+    let s = Semaphore::new(0);
+    for i in 0..N {
+        q.submit(&[(&s, i)], &[(&s, i + 1)], i).unwrap();
+    }
+    let mut completed = 0;
+    while q.backend().complete_next(Ok(())).is_some() {
+        completed += 1;
+    }
+    assert_eq!(completed, N);
+    assert_eq!(s.query().unwrap(), N);
+    assert_eq!(q.backend().issued_log(), (0..N).collect::<Vec<_>>());
+}
+
+#[test]
+fn failure_propagates_through_a_chain() {
+    let q = queue();
+    let (a, b, c) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+    q.submit(&[], &[(&a, 1)], 1).unwrap();
+    q.submit(&[(&a, 1)], &[(&b, 1)], 2).unwrap();
+    q.submit(&[(&b, 1)], &[(&c, 1)], 3).unwrap();
+    q.backend()
+        .complete_next(Err(Error::new(ErrorKind::Aborted, "kernel fault")))
+        .unwrap();
+    for s in [&a, &b, &c] {
+        let e = s.query().unwrap_err();
+        assert_eq!(
+            (e.kind(), e.message()),
+            (ErrorKind::Aborted, "kernel fault")
+        );
+    }
+    assert_eq!(
+        q.backend().issued_log(),
+        [1],
+        "failed waits skip the payload"
+    );
+    assert_eq!(q.backend().in_flight(), 0);
+}
+
+#[test]
+fn payload_error_fails_every_signal() {
+    let q = queue();
+    let (a, b) = (Semaphore::new(0), Semaphore::new(0));
+    q.submit(&[], &[(&a, 1), (&b, 4)], 1).unwrap();
+    q.backend()
+        .complete_next(Err(Error::new(ErrorKind::Internal, "boom")))
+        .unwrap();
+    assert_eq!(a.query().unwrap_err().message(), "boom");
+    assert_eq!(b.query().unwrap_err().message(), "boom");
+}
+
+#[test]
+fn waiting_on_a_failed_semaphore_fails_at_once() {
+    let q = queue();
+    let (w, out) = (Semaphore::new(0), Semaphore::new(0));
+    w.fail(Error::new(ErrorKind::Unavailable, "device lost"));
+    q.submit(&[(&w, 1)], &[(&out, 1)], 1).unwrap();
+    assert!(q.backend().issued_log().is_empty());
+    assert_eq!(out.query().unwrap_err().kind(), ErrorKind::Unavailable);
+}
+
+#[test]
+fn drop_cancels_pending_actions() {
+    let (gate, out1, out2) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+    {
+        let q = queue();
+        q.submit(&[(&gate, 1)], &[(&out1, 1)], 1).unwrap();
+        q.submit(&[(&out1, 1)], &[(&out2, 1)], 2).unwrap();
+        assert!(q.backend().issued_log().is_empty());
+    }
+    for s in [&out1, &out2] {
+        assert_eq!(s.query().unwrap_err().kind(), ErrorKind::Cancelled);
+    }
+    // The gate's timepoint was cancelled, not left behind.
+    gate.signal(1).unwrap();
+}
+
+#[test]
+fn submit_after_shutdown_is_cancelled() {
+    let q = queue();
+    q.shutdown();
+    let s = Semaphore::new(0);
+    let e = q.submit(&[], &[(&s, 1)], 1).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Cancelled);
+    assert_eq!(s.query().unwrap_err().kind(), ErrorKind::Cancelled);
+}
+
+#[test]
+fn more_than_eight_waits_and_signals() {
+    let q = queue();
+    let waits: Vec<Semaphore> = (0..40).map(|_| Semaphore::new(0)).collect();
+    let signals: Vec<Semaphore> = (0..40).map(|_| Semaphore::new(0)).collect();
+    let wl: Vec<(&Semaphore, u64)> = waits.iter().map(|s| (s, 1)).collect();
+    let sl: Vec<(&Semaphore, u64)> = signals
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s, i as u64 + 1))
+        .collect();
+    q.submit(&wl, &sl, 1).unwrap();
+    for (i, s) in waits.iter().enumerate() {
+        assert!(
+            q.backend().issued_log().is_empty(),
+            "issued after {i} of 40 waits"
+        );
+        s.signal(1).unwrap();
+    }
+    assert_eq!(q.backend().issued_log(), [1]);
+    q.backend().complete_all();
+    for (i, s) in signals.iter().enumerate() {
+        assert_eq!(s.query().unwrap(), i as u64 + 1);
+    }
+}
+
+#[test]
+fn deep_backlog_released_by_one_signal_is_linear() {
+    const N: u64 = 100_000;
+    let q = PendingQueue::new(TestingBackend::new(true)).unwrap();
+    let gate = Semaphore::new(0);
+    let done = Semaphore::new(0);
+    for i in 0..N {
+        q.submit(&[(&gate, 1)], &[], i).unwrap();
+    }
+    let before = q.actions_examined();
+    assert_eq!(before, N, "each submission examined once");
+    gate.signal(1).unwrap();
+    let examined = q.actions_examined() - before;
+    assert_eq!(
+        examined, N,
+        "releasing the backlog examines each action once"
+    );
+    assert_eq!(q.backend().issued_log().len() as u64, N);
+    q.submit(&[], &[(&done, 1)], N).unwrap();
+    assert_eq!(done.query().unwrap(), 1);
+}
+
+#[test]
+fn chain_cost_stays_constant_per_action() {
+    // Each completion readies one action: examined stays ~2 per action
+    // however long the backlog.
+    const N: u64 = 20_000;
+    let q = queue();
+    let s = Semaphore::new(0);
+    for i in 0..N {
+        q.submit(&[(&s, i + 1)], &[(&s, i + 2)], i).unwrap();
+    }
+    s.signal(1).unwrap();
+    while q.backend().complete_next(Ok(())).is_some() {}
+    assert_eq!(s.query().unwrap(), N + 1);
+    assert!(
+        q.actions_examined() <= 2 * N,
+        "examined {}",
+        q.actions_examined()
+    );
+}
+
+/// A backend whose device can wait on events it recorded.
+struct DeviceBackend {
+    events: EventPool<u32>,
+    issued: Mutex<Vec<(u64, usize)>>,
+    held: Mutex<Vec<Completion<DeviceBackend>>>,
+}
+
+impl Backend for DeviceBackend {
+    type Payload = u64;
+    fn issue(&self, work: Completion<Self>) {
+        let waits = work.device_waits().count();
+        self.issued.lock().unwrap().push((*work.payload(), waits));
+        // Record: "when this completes, each signal is reached".
+        for (sem, value) in work.signals() {
+            let ev = self.events.acquire().unwrap().erase();
+            sem.record_device_signal(value, ev);
+        }
+        self.held.lock().unwrap().push(work);
+    }
+    fn device_wait(&self, semaphore: &Semaphore, value: u64) -> Option<AnyEvent> {
+        semaphore.device_signal_reaching(value).map(|(_, e)| e)
+    }
+}
+
+#[test]
+fn device_wait_shortcut_issues_before_the_producer_finished() {
+    let q = PendingQueue::new(DeviceBackend {
+        events: EventPool::new(|| Ok(0u32), |_| {}, 0, 16).unwrap(),
+        issued: Mutex::new(Vec::new()),
+        held: Mutex::new(Vec::new()),
+    })
+    .unwrap();
+    let s = Semaphore::new(0);
+    q.submit(&[], &[(&s, 1)], 1).unwrap();
+    q.submit(&[(&s, 1)], &[], 2).unwrap();
+    assert_eq!(
+        *q.backend().issued.lock().unwrap(),
+        [(1, 0), (2, 1)],
+        "the consumer was issued at once, waiting on the producer's event"
+    );
+    assert_eq!(s.query().unwrap(), 0, "the producer has not finished");
+    let held: Vec<_> = std::mem::take(&mut *q.backend().held.lock().unwrap());
+    for w in held {
+        w.complete(Ok(()));
+    }
+    assert_eq!(s.query().unwrap(), 1);
+}
+
+#[test]
+fn dropping_a_completion_fails_its_signals() {
+    struct Dropper(Arc<Mutex<u32>>);
+    impl Backend for Dropper {
+        type Payload = ();
+        fn issue(&self, work: Completion<Self>) {
+            *self.0.lock().unwrap() += 1;
+            drop(work);
+        }
+    }
+    let count = Arc::new(Mutex::new(0));
+    let q = PendingQueue::new(Dropper(count.clone())).unwrap();
+    let s = Semaphore::new(0);
+    q.submit(&[], &[(&s, 1)], ()).unwrap();
+    assert_eq!(*count.lock().unwrap(), 1);
+    assert_eq!(s.query().unwrap_err().kind(), ErrorKind::Internal);
+}
