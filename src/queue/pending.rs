@@ -69,7 +69,9 @@ impl<B: Backend> fmt::Debug for PendingQueue<B> {
 impl<B: Backend> PendingQueue<B> {
     /// A queue issuing to `backend`.
     pub fn new(backend: B) -> Result<PendingQueue<B>, Error> {
-        let size = mem::size_of::<Action<B>>().max(512);
+        let size = mem::size_of::<Action<B>>()
+            .max(mem::size_of::<super::action::Overflow>())
+            .max(512);
         let pool = BlockPool::with_config(BlockPoolConfig {
             block_size: size.next_power_of_two(),
             align: mem::align_of::<Action<B>>().max(64),

@@ -1,0 +1,87 @@
+//! loom models of the pending queue's drain protocol on the testing
+//! backend: concurrent submitters and completions, a host signal racing the
+//! pass that parks an action, and shutdown racing a submit.
+#![cfg(loom)]
+
+use fenceline::queue::testing::TestingBackend;
+use fenceline::queue::PendingQueue;
+use fenceline::{ErrorKind, Semaphore};
+use loom::sync::Arc;
+use loom::thread;
+
+fn queue() -> Arc<PendingQueue<TestingBackend>> {
+    Arc::new(PendingQueue::new(TestingBackend::new(false)).unwrap())
+}
+
+#[test]
+fn submitters_and_a_completion_issue_each_action_once() {
+    loom::model(|| {
+        let q = queue();
+        let s = Semaphore::new(0);
+        let producer = {
+            let (q, s) = (q.clone(), s.clone());
+            thread::spawn(move || q.submit(&[], &[(&s, 1)], 1).unwrap())
+        };
+        let consumer = {
+            let (q, s) = (q.clone(), s.clone());
+            thread::spawn(move || q.submit(&[(&s, 1)], &[], 2).unwrap())
+        };
+        // This thread completes whatever is issued, concurrently.
+        let mut done = Vec::new();
+        while done.len() < 2 {
+            match q.backend().complete_next(Ok(())) {
+                Some(id) => done.push(id),
+                None => thread::yield_now(),
+            }
+        }
+        producer.join().unwrap();
+        consumer.join().unwrap();
+        assert_eq!(done, [1, 2], "the consumer ran after its producer");
+        assert_eq!(q.backend().issued_log(), [1, 2], "each issued exactly once");
+        assert_eq!(q.backend().in_flight(), 0);
+    });
+}
+
+#[test]
+fn host_signal_racing_the_pending_decision_issues_the_action() {
+    loom::model(|| {
+        let q = queue();
+        let s = Semaphore::new(0);
+        let signaller = {
+            let s = s.clone();
+            thread::spawn(move || s.signal(1).unwrap())
+        };
+        q.submit(&[(&s, 1)], &[], 1).unwrap();
+        signaller.join().unwrap();
+        assert_eq!(q.backend().issued_log(), [1], "issued once, never stranded");
+        q.backend().complete_all();
+    });
+}
+
+#[test]
+fn shutdown_racing_a_submit_completes_or_cancels_exactly_once() {
+    loom::model(|| {
+        let q = queue();
+        let out = Semaphore::new(0);
+        let submitter = {
+            let (q, out) = (q.clone(), out.clone());
+            thread::spawn(move || {
+                let _ = q.submit(&[], &[(&out, 1)], 1);
+            })
+        };
+        q.shutdown();
+        submitter.join().unwrap();
+        let issued = q.backend().issued_log() == [1];
+        q.backend().complete_all();
+        match out.query() {
+            Ok(v) => {
+                assert!(issued, "signalled without running");
+                assert_eq!(v, 1);
+            }
+            Err(e) => {
+                assert!(!issued, "ran and was cancelled too");
+                assert_eq!(e.kind(), ErrorKind::Cancelled);
+            }
+        }
+    });
+}

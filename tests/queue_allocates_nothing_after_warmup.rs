@@ -1,0 +1,68 @@
+//! With a counting global allocator: 100k submit/complete cycles with 2
+//! waits and 2 signals on the testing backend allocate nothing after
+//! warm-up.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use fenceline::queue::testing::TestingBackend;
+use fenceline::queue::PendingQueue;
+use fenceline::Semaphore;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to `System`, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn submit_complete_cycles_allocate_nothing() {
+    let q = PendingQueue::new(TestingBackend::new(false)).unwrap();
+    let (w1, w2) = (Semaphore::new(0), Semaphore::new(0));
+    let (s1, s2) = (Semaphore::new(0), Semaphore::new(0));
+    let cycle = |i: u64| {
+        // Two waits: one already reached, one reached only by the previous
+        // cycle's signal; two signals.
+        q.submit(&[(&w1, 0), (&s1, i)], &[(&s1, i + 1), (&s2, i + 1)], i)
+            .unwrap();
+        w2.signal(i + 1).unwrap();
+        assert_eq!(q.backend().complete_next(Ok(())), Some(i));
+    };
+    for i in 0..1000 {
+        cycle(i);
+    }
+    q.backend().clear_log();
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for i in 1000..101_000 {
+        cycle(i);
+        if i % 500 == 0 {
+            q.backend().clear_log();
+        }
+    }
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!(
+        allocations, 0,
+        "100k submissions allocated {allocations} times"
+    );
+    assert_eq!(s2.query().unwrap(), 101_000);
+    let _ = w2;
+}
