@@ -8,8 +8,9 @@ use crate::list::{DoubleLinks, Linked, SingleLinks};
 use crate::pool::{BlockPool, RawBlock};
 use crate::semaphore::{AnyEvent, Semaphore, Timepoint};
 
-/// Waits and signals stored in the action itself.
-pub(crate) const INLINE: usize = 8;
+/// Waits and signals stored in the action itself (waits first, then
+/// signals, so 1 wait + 1 signal share a cache line): at least 8 of each.
+pub(crate) const INLINE: usize = 16;
 /// Device events one action can wait on (more fall back to host waits).
 pub(crate) const DEVICE_WAITS: usize = 4;
 
@@ -31,14 +32,12 @@ pub(crate) const OVERFLOW: usize = if cfg!(loom) { 4 } else { 30 };
 /// A submission. Owned by: the submit stack, then the issuer (pending list
 /// or a pass), or the semaphore it waits on (armed timepoint), or the
 /// backend (issued, through a `Completion`), exactly one at a time.
+// Hot fields first (what every submit and completion touches), then the
+// entries, then what only pending or device-waiting actions use.
 #[repr(C)]
 pub(crate) struct QueueAction<P> {
     /// Submit and woken stacks.
     pub(crate) next: SingleLinks<QueueAction<P>>,
-    /// The issuer's list of pending actions (for shutdown).
-    pub(crate) pending: DoubleLinks<QueueAction<P>>,
-    /// Armed on `waits[cursor]` while pending.
-    pub(crate) timepoint: Timepoint,
     /// The queue's shared state (type-erased for the timepoint callback).
     pub(crate) owner: *const (),
     pub(crate) block: u32,
@@ -48,11 +47,14 @@ pub(crate) struct QueueAction<P> {
     pub(crate) cursor: u32,
     pub(crate) armed: bool,
     pub(crate) device_wait_count: u8,
-    pub(crate) device_waits: [Option<AnyEvent>; DEVICE_WAITS],
-    waits: [MaybeUninit<Entry>; INLINE],
-    signals: [MaybeUninit<Entry>; INLINE],
     overflow: Option<NonNull<Overflow>>,
     pub(crate) payload: MaybeUninit<P>,
+    entries: [MaybeUninit<Entry>; INLINE],
+    /// The issuer's list of pending actions (for shutdown).
+    pub(crate) pending: DoubleLinks<QueueAction<P>>,
+    /// Armed on the wait at `cursor` while pending.
+    pub(crate) timepoint: Timepoint,
+    pub(crate) device_waits: [Option<AnyEvent>; DEVICE_WAITS],
 }
 // SAFETY: projects to the `next` field.
 unsafe impl<P> Linked<SingleLinks<QueueAction<P>>> for QueueAction<P> {
@@ -112,7 +114,7 @@ impl<P> QueueAction<P> {
         let entries = waits.iter().chain(signals);
         for (i, (sem, value)) in entries.enumerate() {
             // SAFETY: `i` is below the total and the slot is unwritten.
-            let slot = unsafe { built.slot_for_write(i, waits.len()) }?;
+            let slot = unsafe { built.slot_for_write(i) }?;
             slot.write(((*sem).clone(), *value));
             built.written += 1;
         }
@@ -126,13 +128,10 @@ impl<P> QueueAction<P> {
 
     /// Entry `i` of waits (`i < wait_count`) then signals.
     fn entry(&self, i: usize) -> &Entry {
-        let w = self.wait_count as usize;
-        let slot = if i < w && i < INLINE {
-            &self.waits[i]
-        } else if i >= w && i - w < INLINE {
-            &self.signals[i - w]
+        let slot = if i < INLINE {
+            &self.entries[i]
         } else {
-            let p = overflow_position(i, w);
+            let p = i - INLINE;
             let mut block = self.overflow;
             for _ in 0..p / OVERFLOW {
                 // SAFETY: the chain holds every overflow entry written.
@@ -172,7 +171,9 @@ impl<P> QueueAction<P> {
             // SAFETY: written at creation, dropped once here.
             unsafe { std::ptr::drop_in_place((a.entry(i) as *const Entry).cast_mut()) };
         }
-        a.device_waits = Default::default();
+        if a.device_wait_count > 0 {
+            a.device_waits = Default::default();
+        }
         // SAFETY: the payload was written at creation and not taken.
         unsafe { a.payload.assume_init_drop() };
         let mut next = a.overflow.take();
@@ -189,16 +190,6 @@ impl<P> QueueAction<P> {
     }
 }
 
-/// Overflow slot of entry `i` (waits first, then signals, past the inline).
-fn overflow_position(i: usize, waits: usize) -> usize {
-    let wait_overflow = waits.saturating_sub(INLINE);
-    if i < waits {
-        i - INLINE
-    } else {
-        wait_overflow + (i - waits - INLINE)
-    }
-}
-
 /// An action being filled; frees what was written if filling fails.
 struct Built<'p, P> {
     action: NonNull<QueueAction<P>>,
@@ -211,20 +202,13 @@ impl<P> Built<'_, P> {
     ///
     /// # Safety
     /// `i == self.written` (entries are filled in order).
-    unsafe fn slot_for_write(
-        &mut self,
-        i: usize,
-        waits: usize,
-    ) -> Result<&mut MaybeUninit<Entry>, Error> {
+    unsafe fn slot_for_write(&mut self, i: usize) -> Result<&mut MaybeUninit<Entry>, Error> {
         // SAFETY: we own the action being built.
         let a = unsafe { &mut *self.action.as_ptr() };
-        if i < waits && i < INLINE {
-            return Ok(&mut a.waits[i]);
+        if i < INLINE {
+            return Ok(&mut a.entries[i]);
         }
-        if i >= waits && i - waits < INLINE {
-            return Ok(&mut a.signals[i - waits]);
-        }
-        let p = overflow_position(i, waits);
+        let p = i - INLINE;
         // Walk to (or grow) block p / OVERFLOW.
         let mut link: &mut Option<NonNull<Overflow>> = &mut a.overflow;
         for _ in 0..p / OVERFLOW {

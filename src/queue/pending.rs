@@ -290,7 +290,9 @@ impl<B: Backend> Shared<B> {
         if closed {
             self.cancel_pending(st);
         }
-        self.examined.fetch_add(examined, Ordering::Relaxed);
+        if examined > 0 {
+            self.examined.fetch_add(examined, Ordering::Relaxed);
+        }
     }
 
     fn handle(&self, st: &mut IssuerState<B::Payload>, action: NonNull<Action<B>>, closed: bool) {
