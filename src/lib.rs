@@ -11,6 +11,8 @@
 //! - [`semaphore`]: timeline [`Semaphore`]s with host waits
 //!   ([`wait_all`], [`wait_any`], [`Timeout`]), timepoints and the device
 //!   [`EventPool`](semaphore::EventPool);
+//! - [`queue`]: the lock-free [`PendingQueue`](queue::PendingQueue) every
+//!   device queue is built on (submit, drain-protocol issue, completion);
 //! - [`task`]: the CPU task system, a work-stealing
 //!   [`Executor`](task::Executor) running pool-allocated task DAGs;
 //! - [`Error`] and [`ErrorKind`].
