@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use fenceline::task::{CallContext, Executor, ExecutorConfig, Scope};
+use fenceline::task::{CallContext, Executor, ExecutorConfig, Graph, Scope};
 use fenceline::{Error, Tile};
 
 const WORKERS: usize = 2;
@@ -44,6 +44,37 @@ fn pool() -> rayon::ThreadPool {
         .unwrap()
 }
 
+/// A nop, a barrier releasing 1024 empty calls, and a join.
+fn fork_join_graph<'e>(exec: &'e Executor, scope: &Scope) -> Graph<'e> {
+    let mut g = exec.graph(scope);
+    let start = g.nop().unwrap();
+    let fork = g.barrier().unwrap();
+    g.set_completion(start, fork).unwrap();
+    let mut ids = [None; 1024];
+    for slot in ids.iter_mut() {
+        let id = g.call(|_| Ok(())).unwrap();
+        g.fork(fork, id).unwrap();
+        *slot = Some(id);
+    }
+    let join = g.nop().unwrap();
+    for id in ids.into_iter().flatten() {
+        g.set_completion(id, join).unwrap();
+    }
+    g
+}
+
+/// `n` nops, each the completion of the one before.
+fn chain_graph<'e>(exec: &'e Executor, scope: &Scope, n: u32) -> Graph<'e> {
+    let mut g = exec.graph(scope);
+    let mut prev = g.nop().unwrap();
+    for _ in 1..n {
+        let next = g.nop().unwrap();
+        g.set_completion(prev, next).unwrap();
+        prev = next;
+    }
+    g
+}
+
 fn fork_join(c: &mut Criterion) {
     let mut group = c.benchmark_group("fork_join_1024");
     group.throughput(Throughput::Elements(1024));
@@ -51,43 +82,13 @@ fn fork_join(c: &mut Criterion) {
     let scope = Scope::new();
     group.bench_function("fenceline", |b| {
         b.iter(|| {
-            let mut g = exec.graph(&scope);
-            let start = g.nop().unwrap();
-            let fork = g.barrier().unwrap();
-            g.set_completion(start, fork).unwrap();
-            let mut ids = [None; 1024];
-            for slot in ids.iter_mut() {
-                let id = g.call(|_| Ok(())).unwrap();
-                g.fork(fork, id).unwrap();
-                *slot = Some(id);
-            }
-            let join = g.nop().unwrap();
-            for id in ids.into_iter().flatten() {
-                g.set_completion(id, join).unwrap();
-            }
-            g.submit();
+            fork_join_graph(&exec, &scope).submit();
             scope.wait_idle(LONG).unwrap();
         })
     });
     group.bench_function("fenceline_prebuilt", |b| {
         b.iter_batched(
-            || {
-                let mut g = exec.graph(&scope);
-                let start = g.nop().unwrap();
-                let fork = g.barrier().unwrap();
-                g.set_completion(start, fork).unwrap();
-                let mut ids = [None; 1024];
-                for slot in ids.iter_mut() {
-                    let id = g.call(|_| Ok(())).unwrap();
-                    g.fork(fork, id).unwrap();
-                    *slot = Some(id);
-                }
-                let join = g.nop().unwrap();
-                for id in ids.into_iter().flatten() {
-                    g.set_completion(id, join).unwrap();
-                }
-                g
-            },
+            || fork_join_graph(&exec, &scope),
             |g| {
                 g.submit();
                 scope.wait_idle(LONG).unwrap();
@@ -187,14 +188,7 @@ fn chain(c: &mut Criterion) {
     let scope = Scope::new();
     group.bench_function("fenceline", |b| {
         b.iter(|| {
-            let mut g = exec.graph(&scope);
-            let mut prev = g.nop().unwrap();
-            for _ in 1..N {
-                let next = g.nop().unwrap();
-                g.set_completion(prev, next).unwrap();
-                prev = next;
-            }
-            g.submit();
+            chain_graph(&exec, &scope, N).submit();
             scope.wait_idle(LONG).unwrap();
         })
     });
@@ -202,16 +196,7 @@ fn chain(c: &mut Criterion) {
     // hops alone (a ready dependent continues on the same worker).
     group.bench_function("fenceline_prebuilt", |b| {
         b.iter_batched(
-            || {
-                let mut g = exec.graph(&scope);
-                let mut prev = g.nop().unwrap();
-                for _ in 1..N {
-                    let next = g.nop().unwrap();
-                    g.set_completion(prev, next).unwrap();
-                    prev = next;
-                }
-                g
-            },
+            || chain_graph(&exec, &scope, N),
             |g| {
                 g.submit();
                 scope.wait_idle(LONG).unwrap();

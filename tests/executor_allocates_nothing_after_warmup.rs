@@ -2,38 +2,17 @@
 //! of 256 calls + join and a 4096-tile dispatch allocate nothing on any
 //! thread (the executor's workers included).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fenceline::task::{Executor, ExecutorConfig, Scope};
 use fenceline::Tile;
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to `System`, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+mod common;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: common::Counting = common::Counting;
 
 fn round(exec: &Executor, scope: &Scope, sum: &Arc<AtomicU64>) {
     let mut g = exec.graph(scope);
@@ -85,11 +64,11 @@ fn fork_join_and_dispatch_allocate_nothing() {
         round(&exec, &scope, &sum); // warm-up: pools, deques, epoch pins
     }
     assert_eq!(sum.load(Ordering::Relaxed), 50 * per_round);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = common::allocations();
     for _ in 0..1000 {
         round(&exec, &scope, &sum);
     }
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = common::allocations() - before;
     assert_eq!(
         sum.load(Ordering::Relaxed),
         1050 * per_round,

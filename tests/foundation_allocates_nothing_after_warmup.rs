@@ -1,38 +1,16 @@
 //! With a counting global allocator: once warm, the block pool, the arena
 //! and the transfer stack never call the global allocator, on any thread.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use fenceline::list::{SingleLinks, TransferStack};
 use fenceline::pool::{Arena, BlockPool, BlockPoolConfig, RawBlock};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to `System`, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+mod common;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: common::Counting = common::Counting;
 
 struct Msg {
     links: SingleLinks<Msg>,
@@ -104,19 +82,19 @@ fn steady_state_allocates_nothing() {
     let expected = (0..2 * N).sum::<u64>();
     assert_eq!(round(&pool, &stack, &mut arena, N), expected);
 
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = common::allocations();
     std::thread::scope(|s| {
         s.spawn(|| {});
         s.spawn(|| {});
     });
-    let per_spawn_pair = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let per_spawn_pair = common::allocations() - before;
 
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = common::allocations();
     let rounds = 2;
     for _ in 0..rounds {
         assert_eq!(round(&pool, &stack, &mut arena, N), expected);
     }
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = common::allocations() - before;
     assert_eq!(
         allocations,
         rounds * per_spawn_pair,

@@ -2,37 +2,14 @@
 //! waits and 2 signals on the testing backend allocate nothing after
 //! warm-up.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::PendingQueue;
 use fenceline::Semaphore;
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to `System`, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+mod common;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: common::Counting = common::Counting;
 
 #[test]
 fn submit_complete_cycles_allocate_nothing() {
@@ -51,14 +28,14 @@ fn submit_complete_cycles_allocate_nothing() {
         cycle(i);
     }
     q.backend().clear_log();
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = common::allocations();
     for i in 1000..101_000 {
         cycle(i);
         if i % 500 == 0 {
             q.backend().clear_log();
         }
     }
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = common::allocations() - before;
     assert_eq!(
         allocations, 0,
         "100k submissions allocated {allocations} times"

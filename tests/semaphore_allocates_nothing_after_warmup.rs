@@ -3,37 +3,15 @@
 //! rounds where the waiter parks (a host wait's timepoints live on its
 //! stack).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
 use fenceline::Semaphore;
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to `System`, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+mod common;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: common::Counting = common::Counting;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -63,15 +41,15 @@ fn ping_pong_allocates_nothing() {
     let pong = Semaphore::new(0);
     rounds(&ping, &pong, 0, 2000); // warm-up: thread handles, TLS
 
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = common::allocations();
     thread::scope(|s| {
         s.spawn(|| {});
     });
-    let per_spawn = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let per_spawn = common::allocations() - before;
 
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = common::allocations();
     rounds(&ping, &pong, 2000, 10_000);
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = common::allocations() - before;
     assert_eq!(
         allocations,
         per_spawn,
