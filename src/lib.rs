@@ -23,6 +23,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod command_buffer;
+pub mod device;
 mod error;
 pub mod list;
 pub mod pool;
@@ -31,6 +33,8 @@ pub mod semaphore;
 mod sync;
 pub mod task;
 
+pub use command_buffer::CommandBuffer;
+pub use device::{Buffer, CpuConfig, Device, Queue};
 pub use error::{Error, ErrorKind};
 
 /// The README's examples, compiled and run as doc tests.

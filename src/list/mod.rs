@@ -31,6 +31,7 @@ mod slist;
 mod transfer_stack;
 
 pub use dlist::{DIter, DList};
+pub(crate) use links::next as links_next;
 pub use links::{DoubleLinks, Linked, SingleLinks};
 pub use slist::{SIter, SList};
 pub use transfer_stack::TransferStack;

@@ -158,6 +158,13 @@ impl<B: Backend> PendingQueue<B> {
         shared.issue();
     }
 
+    /// Actions submitted and not yet finished (issued ones included).
+    pub fn in_flight(&self) -> usize {
+        // The handle's own reference, and any running `issue` call's, are
+        // not actions; this is exact when no issue pass is running.
+        self.shared().refs.load(Ordering::Acquire).saturating_sub(1)
+    }
+
     /// Actions examined by issue passes so far (each new or woken action
     /// counts once per pass that looks at it): proves a pass never rescans
     /// the backlog.

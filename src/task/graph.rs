@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use super::executor::Executor;
 use super::kinds::{
-    dispatch_vtable, make_call, new_task, BarrierPayload, BoxedTileFn, CallContext,
-    DispatchPayload, FencePayload, WaitState, BARRIER, FENCE, NOP, WAIT,
+    dispatch_vtable, finally_vtable, make_call, new_task, BarrierPayload, BoxedTileFn, CallContext,
+    DispatchPayload, FencePayload, FinallyPayload, WaitState, BARRIER, FENCE, NOP, WAIT,
 };
 use super::scope::{Scope, ScopeInner};
 use super::task::Task;
@@ -165,6 +165,75 @@ impl<'e> Graph<'e> {
         context: usize,
     ) -> Result<TaskId, Error> {
         self.call(move |_| f(context))
+    }
+
+    /// A task that runs `f` once its predecessors are done, **even if one
+    /// failed**: `f` gets `Ok(())`, or the scope's first error. (How a
+    /// device learns a submission's outcome.) The closure is stored in the
+    /// task block when it fits (176 bytes), boxed otherwise.
+    pub fn finally<F>(&mut self, f: F) -> Result<TaskId, Error>
+    where
+        F: FnOnce(Result<(), Error>) + Send + 'static,
+    {
+        let t = if Task::fits::<FinallyPayload<F>>() {
+            new_task(
+                &self.exec.shared,
+                Some(&mut self.cache),
+                self.scope.as_ptr(),
+                finally_vtable::<F>(),
+                FinallyPayload { f: Some(f) },
+            )
+        } else {
+            type Boxed = Box<dyn FnOnce(Result<(), Error>) + Send>;
+            let boxed: Boxed = Box::new(f);
+            new_task(
+                &self.exec.shared,
+                Some(&mut self.cache),
+                self.scope.as_ptr(),
+                finally_vtable::<Boxed>(),
+                FinallyPayload { f: Some(boxed) },
+            )
+        };
+        self.adopt(t)
+    }
+
+    /// Makes every task created from `first` up to (not including) `join`
+    /// count toward `join`: a join of a contiguous run of tasks, without
+    /// the caller keeping their ids. Tasks of the run that already have a
+    /// completion task are `InvalidArgument` (nothing is changed then for
+    /// them and the rest).
+    pub fn join_from(&mut self, first: TaskId, join: TaskId) -> Result<(), Error> {
+        self.check(first)?;
+        self.check(join)?;
+        if join.seq <= first.seq {
+            return Err(backward(first, join));
+        }
+        // Two walks: check everything first, so an error changes nothing.
+        for pass in 0..2 {
+            let mut cursor = Some(first.task);
+            while let Some(t) = cursor {
+                if t == join.task {
+                    break;
+                }
+                // SAFETY: tasks of this graph, linked in creation order
+                // through `next` until submission.
+                let task = unsafe { t.as_ref() };
+                if pass == 0 && task.completion.get().is_some() {
+                    return Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!("task #{} already has a completion task", task.seq.get()),
+                    ));
+                }
+                if pass == 1 {
+                    task.completion.set(Some(join.task));
+                    // SAFETY: `join` is a task of this graph, not submitted.
+                    unsafe { join.task.as_ref() }.pending.add_unshared();
+                }
+                // SAFETY: as above.
+                cursor = unsafe { crate::list::links_next(t) };
+            }
+        }
+        Ok(())
     }
 
     /// A barrier: completes at once and releases every task added with

@@ -250,6 +250,70 @@ pub(crate) fn new_task<T, P: std::ops::Deref<Target = crate::pool::BlockPool>>(
 }
 
 // ---------------------------------------------------------------------------
+// finally
+// ---------------------------------------------------------------------------
+
+/// Runs whether or not its predecessors failed, and is told which.
+pub(crate) struct FinallyPayload<F> {
+    pub(crate) f: Option<F>,
+}
+
+unsafe fn finally_run<F>(task: NonNull<Task>, _w: &mut Worker) -> Outcome
+where
+    F: FnOnce(Result<(), Error>) + Send + 'static,
+{
+    // SAFETY: the payload is a `FinallyPayload<F>`, ours while running.
+    let p = unsafe { &mut *Task::payload_ptr::<FinallyPayload<F>>(task) };
+    if let Some(f) = p.f.take() {
+        Outcome::Done(guarded(|| {
+            f(Ok(()));
+            Ok(())
+        }))
+    } else {
+        Outcome::Done(Ok(()))
+    }
+}
+
+unsafe fn finally_skip<F>(task: NonNull<Task>)
+where
+    F: FnOnce(Result<(), Error>) + Send + 'static,
+{
+    // SAFETY: as in `finally_run`; the task keeps its scope alive.
+    let (p, t) = unsafe {
+        (
+            &mut *Task::payload_ptr::<FinallyPayload<F>>(task),
+            task.as_ref(),
+        )
+    };
+    if let Some(f) = p.f.take() {
+        // SAFETY: as above.
+        let error = unsafe { t.scope.as_ref() }
+            .first_error()
+            .unwrap_or_else(|| Error::new(ErrorKind::Aborted, "a task before it failed"));
+        let _ = guarded(|| {
+            f(Err(error));
+            Ok(())
+        });
+    }
+}
+
+pub(crate) fn finally_vtable<F>() -> &'static VTable
+where
+    F: FnOnce(Result<(), Error>) + Send + 'static,
+{
+    struct Table<F>(PhantomData<F>);
+    impl<F: FnOnce(Result<(), Error>) + Send + 'static> Table<F> {
+        const VTABLE: VTable = VTable {
+            run: finally_run::<F>,
+            drop: drop_payload::<FinallyPayload<F>>,
+            skip: finally_skip::<F>,
+            name: "finally",
+        };
+    }
+    &Table::<F>::VTABLE
+}
+
+// ---------------------------------------------------------------------------
 // fence
 // ---------------------------------------------------------------------------
 

@@ -23,6 +23,13 @@ pub use graph::{Graph, TaskId};
 pub use kinds::CallContext;
 pub use scope::Scope;
 
+/// Runs `f`, turning a panic into an error (as tasks do).
+pub(crate) fn guarded_call<R>(
+    f: impl FnOnce() -> Result<R, crate::Error>,
+) -> Result<R, crate::Error> {
+    kinds::guarded(f)
+}
+
 /// The executor's lock-free counters, public only for the loom models in
 /// `loom-tests/` (which must check the code the executor runs).
 #[doc(hidden)]

@@ -86,6 +86,14 @@ impl Scope {
         }
     }
 
+    /// Takes the first error out, so the scope can be reused for unrelated
+    /// work (a device reuses scopes across submissions).
+    pub fn take_error(&self) -> Option<Error> {
+        let mut slot = self.inner.lock_error();
+        self.inner.failed.store(false, Ordering::Release);
+        slot.take()
+    }
+
     /// Keeps `error` as the scope's error if it is the first one (tasks do
     /// this when they fail; callers may too).
     pub fn fail(&self, error: Error) {

@@ -1,0 +1,217 @@
+//! The CPU backend: queue actions run as task DAGs on the device's
+//! executor.
+
+use std::sync::{Arc, Mutex};
+
+use super::host_fn::HostFn;
+use crate::command_buffer::{Command, Recording};
+use crate::error::Error;
+use crate::queue::{Backend, Completion};
+use crate::task::{Executor, Scope, TaskId};
+
+/// Command buffers one `execute` keeps without allocating.
+pub const EXECUTE_INLINE_COMMAND_BUFFERS: usize = 4;
+
+/// What a CPU queue action runs.
+pub(crate) enum CpuPayload {
+    Barrier,
+    HostCall(HostFn),
+    Execute {
+        inline: [Option<Arc<Recording>>; EXECUTE_INLINE_COMMAND_BUFFERS],
+        more: Option<Box<[Arc<Recording>]>>,
+    },
+}
+
+/// A command of a recording, handed to a task (valid while the submission
+/// holds the recording, which outlives its tasks: the `finally` task that
+/// completes the submission holds it and runs last).
+#[derive(Clone, Copy)]
+struct CommandRef(*const Command);
+// SAFETY: commands are immutable once recorded and `Sync` in content
+// (buffers are atomics, closures are `Sync`).
+unsafe impl Send for CommandRef {}
+// SAFETY: as above.
+unsafe impl Sync for CommandRef {}
+
+/// The backend, reached from a submission's `finally` task.
+#[derive(Clone, Copy)]
+struct BackendRef(*const CpuBackend);
+// SAFETY: `CpuBackend` is `Sync`; the pointer is valid while the action
+// that carries it is live (see its use).
+unsafe impl Send for BackendRef {}
+
+pub(crate) struct CpuBackend {
+    /// The device's executor: outlives every queue (the device drops its
+    /// queues, after they are idle, before the executor).
+    pub(crate) exec: *const Executor,
+    /// Scopes reused across submissions (one per in-flight `execute`).
+    scopes: Mutex<Vec<Scope>>,
+    /// The scope host calls run in (their errors go to their signals).
+    host_scope: Scope,
+}
+
+// SAFETY: the executor pointer is valid for the backend's life and the
+// executor is `Sync`; everything else is `Send + Sync`.
+unsafe impl Send for CpuBackend {}
+// SAFETY: as above.
+unsafe impl Sync for CpuBackend {}
+
+impl CpuBackend {
+    pub(crate) fn new(exec: *const Executor) -> CpuBackend {
+        CpuBackend {
+            exec,
+            scopes: Mutex::new(Vec::new()),
+            host_scope: Scope::new(),
+        }
+    }
+
+    fn exec(&self) -> &Executor {
+        // SAFETY: see the field.
+        unsafe { &*self.exec }
+    }
+
+    fn take_scope(&self) -> Scope {
+        let reused = self.scopes.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        reused.unwrap_or_default()
+    }
+
+    fn issue_host_call(&self, mut work: Completion<Self>) {
+        let f = match std::mem::replace(work.payload_mut(), CpuPayload::Barrier) {
+            CpuPayload::HostCall(f) => f,
+            _ => unreachable!("checked by the caller"),
+        };
+        let mut g = self.exec().graph(&self.host_scope);
+        let mut slot = Some((work, f));
+        let task = g.call(move |_| {
+            if let Some((work, f)) = slot.take() {
+                let result = crate::task::guarded_call(|| f.call());
+                work.complete(result);
+            }
+            Ok(())
+        });
+        match task {
+            Ok(_) => g.submit(),
+            // No task block: the closure (with the completion) is dropped,
+            // which fails the action's signals.
+            Err(_) => drop(g),
+        }
+    }
+
+    fn issue_execute(&self, work: Completion<Self>) {
+        let scope = self.take_scope();
+        let mut g = self.exec().graph(&scope);
+        let built = build(&mut g, &work);
+        let backend = BackendRef(self);
+        let finish_scope = scope.clone();
+        let finally = g.finally(move |result: Result<(), Error>| {
+            let backend = backend;
+            // SAFETY: the backend outlives the submissions of its queue
+            // (the queue's state, which owns it, is freed only after the
+            // last action completes: below, last).
+            let backend = unsafe { &*backend.0 };
+            // Reset and recycle the scope before completing, so the next
+            // submission can reuse it.
+            let _ = finish_scope.take_error();
+            backend
+                .scopes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(finish_scope);
+            work.complete(result);
+        });
+        match (built, finally) {
+            (Ok(last), Ok(f)) => {
+                if let Some(first) = last {
+                    if let Err(e) = g.join_from(first, f) {
+                        scope.fail(e);
+                    }
+                }
+                g.submit();
+            }
+            // Building failed (out of task blocks): dropping the graph
+            // drops the finally closure and its completion, which fails
+            // the signals.
+            _ => drop(g),
+        }
+    }
+}
+
+/// Builds every stage of every command buffer of `work` into `g`, in
+/// order; returns the first task of the last stage (whose run must join
+/// the finish).
+fn build(
+    g: &mut crate::task::Graph<'_>,
+    work: &Completion<CpuBackend>,
+) -> Result<Option<TaskId>, Error> {
+    let CpuPayload::Execute { inline, more } = work.payload() else {
+        return Ok(None);
+    };
+    let recordings = inline
+        .iter()
+        .flatten()
+        .chain(more.iter().flat_map(|m| m.iter()));
+    // First task of the stage built last: every task from it on joins the
+    // next stage's entry.
+    let mut open: Option<TaskId> = None;
+    for recording in recordings {
+        for stage in &recording.stages {
+            if stage.len() == 1 {
+                let t = command_task(g, &stage[0])?;
+                if let Some(first) = open {
+                    g.join_from(first, t)?;
+                }
+                open = Some(t);
+            } else {
+                let gate = match open {
+                    Some(first) => {
+                        let b = g.barrier()?;
+                        g.join_from(first, b)?;
+                        Some(b)
+                    }
+                    None => None,
+                };
+                let mut first_of_stage = None;
+                for command in stage {
+                    let t = command_task(g, command)?;
+                    if let Some(b) = gate {
+                        g.fork(b, t)?;
+                    }
+                    first_of_stage.get_or_insert(t);
+                }
+                open = first_of_stage;
+            }
+        }
+    }
+    Ok(open)
+}
+
+fn command_task(g: &mut crate::task::Graph<'_>, command: &Command) -> Result<TaskId, Error> {
+    let c = CommandRef(command);
+    match command {
+        Command::Dispatch { grid, .. } => g.dispatch(*grid, move |tile| {
+            let c = c;
+            // SAFETY: see `CommandRef`.
+            match unsafe { &*c.0 } {
+                Command::Dispatch { f, .. } => f(tile),
+                _ => Ok(()),
+            }
+        }),
+        _ => g.call(move |_| {
+            let c = c;
+            // SAFETY: see `CommandRef`.
+            unsafe { &*c.0 }.run()
+        }),
+    }
+}
+
+impl Backend for CpuBackend {
+    type Payload = CpuPayload;
+
+    fn issue(&self, work: Completion<Self>) {
+        match work.payload() {
+            CpuPayload::Barrier => work.complete(Ok(())),
+            CpuPayload::HostCall(_) => self.issue_host_call(work),
+            CpuPayload::Execute { .. } => self.issue_execute(work),
+        }
+    }
+}
