@@ -75,7 +75,8 @@ impl<B: Backend> PendingQueue<B> {
         let pool = BlockPool::with_config(BlockPoolConfig {
             block_size: size.next_power_of_two(),
             align: mem::align_of::<Action<B>>().max(64),
-            first_chunk_blocks: 64,
+            // 256 actions up front: typical backlogs never grow the pool.
+            first_chunk_blocks: 256,
             max_blocks: None,
         })?;
         let shared = Box::new(Shared {
