@@ -1,0 +1,113 @@
+//! The CPU device's latencies:
+//!
+//! - `execute_first_tile`: from `Queue::execute` to the first tile of its
+//!   dispatch starting, with every worker parked (idle 2 ms before each
+//!   sample: `parked`) or right after the previous submission finished
+//!   (workers still spinning: `spinning`).
+//! - `chain_2queues`: per-hop latency of a semaphore chain whose links
+//!   alternate between two queues: barriers (the queue path alone) and
+//!   1-tile executes (queue + executor).
+//!
+//! The pipeline's frame time against rayon + std channels is measured by
+//! `cargo run --release --example pipeline`, which runs both in one process.
+//! Run with `cargo bench --bench device`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use fenceline::{CpuConfig, Device, Semaphore, Timeout};
+
+fn device() -> Device {
+    Device::cpu_with(CpuConfig {
+        workers: 2,
+        queues: 2,
+        spin: true,
+    })
+    .unwrap()
+}
+
+fn first_tile(c: &mut Criterion) {
+    let mut group = c.benchmark_group("execute_first_tile");
+    group.sample_size(10);
+    let d = device();
+    let q = d.queue(0).unwrap();
+    let base = Arc::new(Instant::now());
+    let started = Arc::new(AtomicU64::new(0));
+    let mut cb = d.command_buffer().unwrap();
+    let (b, s) = (base.clone(), started.clone());
+    cb.dispatch([1, 1, 1], move |_| {
+        s.store(b.elapsed().as_nanos() as u64, Ordering::Release);
+        Ok(())
+    })
+    .unwrap();
+    cb.end().unwrap();
+    let done = Semaphore::new(0);
+    let mut n = 0u64;
+    for (name, idle) in [("parked", Some(Duration::from_millis(2))), ("spinning", None)] {
+        group.bench_function(name, |bench| {
+            bench.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    if let Some(idle) = idle {
+                        std::thread::sleep(idle);
+                    }
+                    n += 1;
+                    let t0 = base.elapsed().as_nanos() as u64;
+                    q.execute(&[], &[(&done, n)], &[&cb]).unwrap();
+                    done.wait(n, Timeout::Never).unwrap();
+                    total += Duration::from_nanos(started.load(Ordering::Acquire) - t0);
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+fn chain(c: &mut Criterion) {
+    const N: u64 = 1000;
+    let mut group = c.benchmark_group("chain_2queues");
+    group.throughput(Throughput::Elements(N));
+    let d = device();
+    let qs = [d.queue(0).unwrap(), d.queue(1).unwrap()];
+    let mut cb = d.command_buffer().unwrap();
+    cb.dispatch([1, 1, 1], |_| Ok(())).unwrap();
+    cb.end().unwrap();
+    group.bench_function("barrier", |b| {
+        b.iter(|| {
+            let s = Semaphore::new(0);
+            let gate = Semaphore::new(0);
+            qs[0].barrier(&[(&gate, 1)], &[(&s, 1)]).unwrap();
+            for i in 1..N {
+                qs[(i % 2) as usize].barrier(&[(&s, i)], &[(&s, i + 1)]).unwrap();
+            }
+            gate.signal(1).unwrap();
+            s.wait(N, Timeout::Never).unwrap();
+        })
+    });
+    group.bench_function("execute_1_tile", |b| {
+        b.iter(|| {
+            let s = Semaphore::new(0);
+            let gate = Semaphore::new(0);
+            qs[0].execute(&[(&gate, 1)], &[(&s, 1)], &[&cb]).unwrap();
+            for i in 1..N {
+                qs[(i % 2) as usize].execute(&[(&s, i)], &[(&s, i + 1)], &[&cb]).unwrap();
+            }
+            gate.signal(1).unwrap();
+            s.wait(N, Timeout::Never).unwrap();
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = device_benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20);
+    targets = first_tile, chain
+}
+criterion_main!(device_benches);
