@@ -45,7 +45,10 @@ fn first_tile(c: &mut Criterion) {
     cb.end().unwrap();
     let done = Semaphore::new(0);
     let mut n = 0u64;
-    for (name, idle) in [("parked", Some(Duration::from_millis(2))), ("spinning", None)] {
+    for (name, idle) in [
+        ("parked", Some(Duration::from_millis(2))),
+        ("spinning", None),
+    ] {
         group.bench_function(name, |bench| {
             bench.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
@@ -81,7 +84,9 @@ fn chain(c: &mut Criterion) {
             let gate = Semaphore::new(0);
             qs[0].barrier(&[(&gate, 1)], &[(&s, 1)]).unwrap();
             for i in 1..N {
-                qs[(i % 2) as usize].barrier(&[(&s, i)], &[(&s, i + 1)]).unwrap();
+                qs[(i % 2) as usize]
+                    .barrier(&[(&s, i)], &[(&s, i + 1)])
+                    .unwrap();
             }
             gate.signal(1).unwrap();
             s.wait(N, Timeout::Never).unwrap();
@@ -93,7 +98,9 @@ fn chain(c: &mut Criterion) {
             let gate = Semaphore::new(0);
             qs[0].execute(&[(&gate, 1)], &[(&s, 1)], &[&cb]).unwrap();
             for i in 1..N {
-                qs[(i % 2) as usize].execute(&[(&s, i)], &[(&s, i + 1)], &[&cb]).unwrap();
+                qs[(i % 2) as usize]
+                    .execute(&[(&s, i)], &[(&s, i + 1)], &[&cb])
+                    .unwrap();
             }
             gate.signal(1).unwrap();
             s.wait(N, Timeout::Never).unwrap();

@@ -149,17 +149,26 @@ fn run_fenceline(seconds: f64, sink: &Arc<AtomicU64>) -> Result<Figures, Error> 
 fn run_rayon(seconds: f64, sink: &Arc<AtomicU64>) -> Figures {
     use rayon::prelude::*;
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(workers).build().expect("rayon pool"));
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(workers)
+            .build()
+            .expect("rayon pool"),
+    );
     let (to_a, a_rx) = sync_channel::<(u64, Instant)>(IN_FLIGHT as usize);
     let (to_b, b_rx) = sync_channel::<(u64, Instant)>(IN_FLIGHT as usize);
     let (to_c, c_rx) = sync_channel::<(u64, Instant)>(IN_FLIGHT as usize);
     let (done_tx, done_rx) = sync_channel::<(u64, Instant)>(IN_FLIGHT as usize);
-    let stage = |stage: u64, rx: std::sync::mpsc::Receiver<(u64, Instant)>, tx: std::sync::mpsc::SyncSender<(u64, Instant)>| {
+    let stage = |stage: u64,
+                 rx: std::sync::mpsc::Receiver<(u64, Instant)>,
+                 tx: std::sync::mpsc::SyncSender<(u64, Instant)>| {
         let (pool, sink) = (pool.clone(), sink.clone());
         std::thread::spawn(move || {
             while let Ok(msg) = rx.recv() {
                 pool.install(|| {
-                    (0..u64::from(TILES)).into_par_iter().for_each(|t| tile_work(stage, t, &sink));
+                    (0..u64::from(TILES))
+                        .into_par_iter()
+                        .for_each(|t| tile_work(stage, t, &sink));
                 });
                 if tx.send(msg).is_err() {
                     break;
@@ -167,7 +176,11 @@ fn run_rayon(seconds: f64, sink: &Arc<AtomicU64>) -> Figures {
             }
         })
     };
-    let threads = [stage(1, a_rx, to_b), stage(2, b_rx, to_c), stage(3, c_rx, done_tx)];
+    let threads = [
+        stage(1, a_rx, to_b),
+        stage(2, b_rx, to_c),
+        stage(3, c_rx, done_tx),
+    ];
     let mut latencies = Vec::with_capacity(1 << 20);
     let mut frame = 0u64;
     let mut measured_from = None;
@@ -218,6 +231,9 @@ fn main() -> Result<(), Error> {
     theirs.print("rayon+channels");
     let ratio = (ours.elapsed.as_secs_f64() / ours.frames as f64)
         / (theirs.elapsed.as_secs_f64() / theirs.frames as f64);
-    println!("frame time fenceline / rayon+channels: {ratio:.2} (checksum {})", sink.load(Ordering::Relaxed));
+    println!(
+        "frame time fenceline / rayon+channels: {ratio:.2} (checksum {})",
+        sink.load(Ordering::Relaxed)
+    );
     Ok(())
 }

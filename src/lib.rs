@@ -2,19 +2,22 @@
 //! executor, CUDA streams) gated by timeline semaphores, with zero heap
 //! allocations per submission in steady state.
 //!
-//! This release holds the layers below the queues:
+//! Start with [`Device::cpu`]: its [`Queue`]s run [`CommandBuffer`]s and
+//! host calls once their wait [`Semaphore`]s reach their values, then
+//! signal. The layers below are public too:
 //!
-//! - [`pool`]: a lock-free, ABA-safe [`BlockPool`](pool::BlockPool) of
-//!   fixed-size blocks and a bump [`Arena`](pool::Arena) over its blocks;
-//! - [`list`]: intrusive lists on raw pointers, including the
-//!   [`TransferStack`](list::TransferStack) that replaces a queue mutex;
-//! - [`semaphore`]: timeline [`Semaphore`]s with host waits
-//!   ([`wait_all`], [`wait_any`], [`Timeout`]), timepoints and the device
-//!   [`EventPool`](semaphore::EventPool);
 //! - [`queue`]: the lock-free [`PendingQueue`](queue::PendingQueue) every
 //!   device queue is built on (submit, drain-protocol issue, completion);
 //! - [`task`]: the CPU task system, a work-stealing
 //!   [`Executor`](task::Executor) running pool-allocated task DAGs;
+//! - [`semaphore`]: timeline [`Semaphore`]s with host waits
+//!   ([`wait_all`], [`wait_any`], [`Timeout`]), timepoints and the device
+//!   [`EventPool`](semaphore::EventPool);
+//! - [`pool`]: a lock-free, ABA-safe [`BlockPool`](pool::BlockPool), a
+//!   per-owner [`BlockCache`](pool::BlockCache) and a bump
+//!   [`Arena`](pool::Arena);
+//! - [`list`]: intrusive lists on raw pointers, including the
+//!   [`TransferStack`](list::TransferStack) that replaces a queue mutex;
 //! - [`Error`] and [`ErrorKind`].
 //!
 //! Every concurrent piece is written against `sync` (std or loom by
