@@ -3,7 +3,7 @@
 //!
 //! # Invariants (DESIGN.md, "Pending queue"), and where they are kept
 //!
-//! - **Submit** builds a [`QueueAction`](action) in block-pool memory (wait
+//! - **Submit** builds a `QueueAction` in block-pool memory (wait
 //!   and signal lists copied inline, 8 of each, more in chained pool
 //!   blocks; the payload; backend scratch), pushes it on a `TransferStack`
 //!   and requests an issue. No lock, no allocation (`PendingQueue::submit`).
