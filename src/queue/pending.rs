@@ -76,7 +76,7 @@ impl<B: Backend> PendingQueue<B> {
             block_size: size.next_power_of_two(),
             align: mem::align_of::<Action<B>>().max(64),
             // 256 actions up front: typical backlogs never grow the pool.
-            first_chunk_blocks: 256,
+            first_chunk_blocks: if cfg!(loom) { 4 } else { 256 },
             max_blocks: None,
         })?;
         let shared = Box::new(Shared {
