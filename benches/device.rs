@@ -8,8 +8,8 @@
 //!   alternate between two queues: barriers (the queue path alone) and
 //!   1-tile executes (queue + executor).
 //!
-//! The pipeline's frame time against rayon + std channels is measured by
-//! `cargo run --release --example pipeline`, which runs both in one process.
+//! The pipeline's frame time against rayon + std channels is in
+//! `benches/pipeline.rs` (and `cargo run --release --example pipeline`).
 //! Run with `cargo bench --bench device`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
