@@ -60,9 +60,12 @@ fn pipeline(c: &mut Criterion) {
             let (a, bb, c) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
             for f in 1..=FRAMES {
                 let older = f.saturating_sub(IN_FLIGHT);
-                q0.execute(&[(&c, older), (&a, f - 1)], &[(&a, f)], &[&cbs[0]]).unwrap();
-                q1.execute(&[(&a, f), (&bb, f - 1)], &[(&bb, f)], &[&cbs[1]]).unwrap();
-                q0.execute(&[(&bb, f), (&c, f - 1)], &[(&c, f)], &[&cbs[2]]).unwrap();
+                q0.execute(&[(&c, older), (&a, f - 1)], &[(&a, f)], &[&cbs[0]])
+                    .unwrap();
+                q1.execute(&[(&a, f), (&bb, f - 1)], &[(&bb, f)], &[&cbs[1]])
+                    .unwrap();
+                q0.execute(&[(&bb, f), (&c, f - 1)], &[(&c, f)], &[&cbs[2]])
+                    .unwrap();
                 if f >= IN_FLIGHT {
                     c.wait(f + 1 - IN_FLIGHT, Timeout::Never).unwrap();
                 }
@@ -73,7 +76,12 @@ fn pipeline(c: &mut Criterion) {
 
     use rayon::prelude::*;
     let workers = thread::available_parallelism().map_or(1, |n| n.get());
-    let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(workers).build().unwrap());
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(workers)
+            .build()
+            .unwrap(),
+    );
     let (to_a, a_rx) = sync_channel::<u64>(IN_FLIGHT as usize);
     let (to_b, b_rx) = sync_channel::<u64>(IN_FLIGHT as usize);
     let (to_c, c_rx) = sync_channel::<u64>(IN_FLIGHT as usize);
@@ -93,7 +101,11 @@ fn pipeline(c: &mut Criterion) {
             }
         })
     };
-    let threads = [stage(1, a_rx, to_b), stage(2, b_rx, to_c), stage(3, c_rx, done_tx)];
+    let threads = [
+        stage(1, a_rx, to_b),
+        stage(2, b_rx, to_c),
+        stage(3, c_rx, done_tx),
+    ];
     group.bench_function("rayon_channels", |b| {
         b.iter(|| {
             let mut received = 0;

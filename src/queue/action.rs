@@ -147,6 +147,26 @@ impl<P> QueueAction<P> {
         unsafe { slot.assume_init_ref() }
     }
 
+    /// Entry `i`'s slot, mutably (for dropping it).
+    fn entry_mut(&mut self, i: usize) -> &mut MaybeUninit<Entry> {
+        if i < INLINE {
+            return &mut self.entries[i];
+        }
+        let p = i - INLINE;
+        let mut block = self.overflow;
+        for _ in 0..p / OVERFLOW {
+            // SAFETY: the chain holds every overflow entry written.
+            block = block.and_then(|b| unsafe { b.as_ref() }.next);
+        }
+        let Some(b) = block else {
+            unreachable!("overflow entry {p} was written at creation");
+        };
+        // SAFETY: the block is owned through `&mut self` (the action owns
+        // its overflow chain); the pointer carries the pool block's write
+        // permission.
+        unsafe { &mut (*b.as_ptr()).entries[p % OVERFLOW] }
+    }
+
     /// Wait `i`.
     pub(crate) fn wait(&self, i: usize) -> &Entry {
         debug_assert!(i < self.wait_count as usize);
@@ -169,7 +189,7 @@ impl<P> QueueAction<P> {
         let total = a.total();
         for i in 0..total {
             // SAFETY: written at creation, dropped once here.
-            unsafe { std::ptr::drop_in_place((a.entry(i) as *const Entry).cast_mut()) };
+            unsafe { a.entry_mut(i).assume_init_drop() };
         }
         if a.device_wait_count > 0 {
             a.device_waits = Default::default();
