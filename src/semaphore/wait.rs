@@ -150,36 +150,44 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
             registered: false,
         });
     }
-    // From here the nodes must not move: `nodes` is neither resized nor
-    // moved until `unregister` below has run.
-    let result = park_until(list, nodes, mode, timeout, deadline);
-    unregister(list, nodes);
-    for slot in nodes.iter_mut() {
-        // SAFETY: every slot was written above and is dropped once.
-        unsafe { slot.assume_init_drop() };
+    // From here on every access to a node goes through `base`, one raw
+    // pointer taken once: the semaphores hold pointers derived from it, and
+    // no `&mut` to a node may be made while they do. The storage is neither
+    // moved nor resized until the nodes are dropped below.
+    let base: *mut WaitNode = nodes.as_mut_ptr().cast();
+    let result = park_until(list, base, mode, timeout, deadline);
+    unregister(list, base);
+    for i in 0..list.len() {
+        // SAFETY: every node was written above and is dropped once.
+        unsafe { std::ptr::drop_in_place(base.add(i)) };
     }
     result
 }
 
-fn node_ptr(slot: &mut MaybeUninit<WaitNode>) -> NonNull<Timepoint> {
-    NonNull::from(slot).cast::<WaitNode>().cast::<Timepoint>()
+/// Node `i`'s timepoint.
+///
+/// # Safety
+/// `i` is below the number of nodes at `base`.
+unsafe fn node_tp(base: *mut WaitNode, i: usize) -> NonNull<Timepoint> {
+    // SAFETY: in bounds per contract; `tp` is the first field.
+    unsafe { NonNull::new_unchecked(base.add(i).cast::<Timepoint>()) }
 }
 
 fn park_until(
     list: &[(&Semaphore, u64)],
-    nodes: &mut [MaybeUninit<WaitNode>],
+    base: *mut WaitNode,
     mode: Mode,
     timeout: Timeout,
     deadline: Option<Instant>,
 ) -> Result<usize, Error> {
-    for (i, (slot, (sem, _))) in nodes.iter_mut().zip(list).enumerate() {
-        let tp = node_ptr(slot);
-        // SAFETY: the node is initialized, unregistered, and stays put until
-        // `unregister` (see `wait_many`).
-        match unsafe { sem.register(tp) } {
+    for (i, (sem, _)) in list.iter().enumerate() {
+        // SAFETY: node `i` exists (one per entry of `list`), is initialized
+        // and unregistered, and stays put until `unregister`.
+        match unsafe { sem.register(node_tp(base, i)) } {
             Registration::Pending => {
-                // SAFETY: initialized above; only this thread writes `registered`.
-                unsafe { slot.assume_init_mut() }.registered = true;
+                // SAFETY: only this thread writes `registered`; a raw write
+                // through `base` keeps the semaphore's pointer valid.
+                unsafe { (*base.add(i)).registered = true };
             }
             Registration::Failed(e) => return Err(e),
             Registration::Reached if mode == Mode::Any => return Ok(i),
@@ -205,22 +213,21 @@ fn park_until(
 
 /// Cancels every registered node; for one whose callback is already
 /// running, waits until the callback is done with it.
-fn unregister(list: &[(&Semaphore, u64)], nodes: &mut [MaybeUninit<WaitNode>]) {
-    for (slot, (sem, _)) in nodes.iter_mut().zip(list) {
-        // SAFETY: initialized in `wait_many`.
-        if !unsafe { slot.assume_init_ref() }.registered {
+fn unregister(list: &[(&Semaphore, u64)], base: *mut WaitNode) {
+    for (i, (sem, _)) in list.iter().enumerate() {
+        // SAFETY: node `i` is initialized; `registered` is only written by
+        // this thread.
+        if !unsafe { (*base.add(i)).registered } {
             continue;
         }
-        let tp = node_ptr(slot);
         // SAFETY: registered on `sem` and still valid.
-        if unsafe { sem.cancel(tp) } {
+        if unsafe { sem.cancel(node_tp(base, i)) } {
             continue;
         }
         // The callback owns the node until it sets `done` (a few
         // instructions after unlinking it): wait for that.
-        // SAFETY: initialized; `done` is atomic.
-        let done = &unsafe { slot.assume_init_ref() }.done;
-        while !done.load(Ordering::Acquire) {
+        // SAFETY: initialized; `done` is atomic, read through `base`.
+        while !unsafe { &(*base.add(i)).done }.load(Ordering::Acquire) {
             crate::sync::thread::yield_now();
         }
     }

@@ -74,7 +74,9 @@ pub(crate) struct Task {
     /// Creation order within its graph: edges go from lower to higher,
     /// which keeps every graph acyclic.
     pub(crate) seq: Cell<u32>,
-    pub(crate) payload: Payload,
+    /// Interior-mutable: the running worker writes it while other code
+    /// holds `&Task` for the header.
+    pub(crate) payload: std::cell::UnsafeCell<Payload>,
 }
 
 /// Raw payload storage, aligned for anything up to 16 bytes.
