@@ -36,6 +36,9 @@ pub(crate) struct Shared<B: Backend> {
     issuer: UnsafeCell<IssuerState<B::Payload>>,
     /// Actions examined by passes (a cost counter for tests).
     examined: AtomicU64,
+    /// This state's own address, with the provenance of its allocation:
+    /// what references are released (and the state freed) through.
+    this: NonNull<Shared<B>>,
 }
 
 struct IssuerState<P> {
@@ -91,10 +94,12 @@ impl<B: Backend> PendingQueue<B> {
                 pending: DList::new(),
             }),
             examined: AtomicU64::new(0),
+            this: NonNull::dangling(),
         });
-        Ok(PendingQueue {
-            shared: NonNull::from(Box::leak(shared)),
-        })
+        let this = NonNull::from(Box::leak(shared));
+        // SAFETY: just leaked, not shared yet.
+        unsafe { (*this.as_ptr()).this = this };
+        Ok(PendingQueue { shared: this })
     }
 
     fn shared(&self) -> &Shared<B> {
@@ -265,7 +270,7 @@ impl<B: Backend> Shared<B> {
             }
         }
         // SAFETY: the reference taken above.
-        unsafe { Shared::release(NonNull::from(self)) };
+        unsafe { Shared::release(self.this) };
     }
 
     /// # Safety
@@ -311,7 +316,7 @@ impl<B: Backend> Shared<B> {
         match self.classify(action) {
             Class::Ready => self.backend.issue(Completion {
                 action,
-                shared: NonNull::from(self),
+                shared: self.this,
             }),
             // SAFETY: armed and ours to list.
             Class::Pending => unsafe { st.pending.push_back(action) },
@@ -407,7 +412,7 @@ impl<B: Backend> Shared<B> {
         // SAFETY: owned and done; its blocks go back to our pool.
         unsafe { QueueAction::destroy(action, &self.pool) };
         // SAFETY: the action's reference, given up once.
-        unsafe { Shared::release(NonNull::from(self)) };
+        unsafe { Shared::release(self.this) };
     }
 }
 

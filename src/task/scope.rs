@@ -100,8 +100,11 @@ impl Scope {
         self.inner.record(error);
     }
 
+    /// The scope's state, with the `Arc`'s own provenance (the last task
+    /// may free it through this pointer, see `leave`).
     pub(crate) fn as_ptr(&self) -> NonNull<ScopeInner> {
-        NonNull::from(&*self.inner)
+        // SAFETY: an `Arc`'s pointer is never null.
+        unsafe { NonNull::new_unchecked(Arc::as_ptr(&self.inner).cast_mut()) }
     }
 }
 
