@@ -126,22 +126,29 @@ impl<P> QueueAction<P> {
         (self.wait_count + self.signal_count) as usize
     }
 
+    /// The overflow block holding overflow position `p`, and `p`'s index
+    /// in it. The pointer carries the pool block's own permission.
+    fn overflow_slot(&self, p: usize) -> (NonNull<Overflow>, usize) {
+        let mut block = self.overflow;
+        for _ in 0..p / OVERFLOW {
+            // SAFETY: the chain holds every overflow entry written.
+            block = block.and_then(|b| unsafe { b.as_ref() }.next);
+        }
+        let Some(b) = block else {
+            unreachable!("overflow entry {p} was written at creation");
+        };
+        (b, p % OVERFLOW)
+    }
+
     /// Entry `i` of waits (`i < wait_count`) then signals.
     fn entry(&self, i: usize) -> &Entry {
         let slot = if i < INLINE {
             &self.entries[i]
         } else {
-            let p = i - INLINE;
-            let mut block = self.overflow;
-            for _ in 0..p / OVERFLOW {
-                // SAFETY: the chain holds every overflow entry written.
-                block = block.and_then(|b| unsafe { b.as_ref() }.next);
-            }
-            let Some(b) = block else {
-                unreachable!("overflow entry {p} was written at creation");
-            };
-            // SAFETY: as above; the block outlives `&self`.
-            &unsafe { &*b.as_ptr() }.entries[p % OVERFLOW]
+            let (b, k) = self.overflow_slot(i - INLINE);
+            // SAFETY: the action owns its overflow chain; the block outlives
+            // `&self`.
+            &unsafe { &*b.as_ptr() }.entries[k]
         };
         // SAFETY: every entry below `total` was written at creation.
         unsafe { slot.assume_init_ref() }
@@ -152,19 +159,10 @@ impl<P> QueueAction<P> {
         if i < INLINE {
             return &mut self.entries[i];
         }
-        let p = i - INLINE;
-        let mut block = self.overflow;
-        for _ in 0..p / OVERFLOW {
-            // SAFETY: the chain holds every overflow entry written.
-            block = block.and_then(|b| unsafe { b.as_ref() }.next);
-        }
-        let Some(b) = block else {
-            unreachable!("overflow entry {p} was written at creation");
-        };
+        let (b, k) = self.overflow_slot(i - INLINE);
         // SAFETY: the block is owned through `&mut self` (the action owns
-        // its overflow chain); the pointer carries the pool block's write
-        // permission.
-        unsafe { &mut (*b.as_ptr()).entries[p % OVERFLOW] }
+        // its overflow chain).
+        unsafe { &mut (*b.as_ptr()).entries[k] }
     }
 
     /// Wait `i`.
