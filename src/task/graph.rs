@@ -130,13 +130,7 @@ impl<'e> Graph<'e> {
 
     /// A task that does nothing (a join point).
     pub fn nop(&mut self) -> Result<TaskId, Error> {
-        let t = new_task(
-            &self.exec.shared,
-            Some(&mut self.cache),
-            self.scope.as_ptr(),
-            &NOP,
-            (),
-        );
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), &NOP, ());
         self.adopt(t)
     }
 
@@ -148,12 +142,7 @@ impl<'e> Graph<'e> {
     where
         F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
     {
-        let t = make_call(
-            &self.exec.shared,
-            Some(&mut self.cache),
-            self.scope.as_ptr(),
-            f,
-        );
+        let t = make_call(&mut self.cache, self.scope.as_ptr(), f);
         self.adopt(t)
     }
 
@@ -177,8 +166,7 @@ impl<'e> Graph<'e> {
     {
         let t = if Task::fits::<FinallyPayload<F>>() {
             new_task(
-                &self.exec.shared,
-                Some(&mut self.cache),
+                &mut self.cache,
                 self.scope.as_ptr(),
                 finally_vtable::<F>(),
                 FinallyPayload { f: Some(f) },
@@ -187,8 +175,7 @@ impl<'e> Graph<'e> {
             type Boxed = Box<dyn FnOnce(Result<(), Error>) + Send>;
             let boxed: Boxed = Box::new(f);
             new_task(
-                &self.exec.shared,
-                Some(&mut self.cache),
+                &mut self.cache,
                 self.scope.as_ptr(),
                 finally_vtable::<Boxed>(),
                 FinallyPayload { f: Some(boxed) },
@@ -240,8 +227,7 @@ impl<'e> Graph<'e> {
     /// [`fork`](Self::fork).
     pub fn barrier(&mut self) -> Result<TaskId, Error> {
         let t = new_task(
-            &self.exec.shared,
-            Some(&mut self.cache),
+            &mut self.cache,
             self.scope.as_ptr(),
             &BARRIER,
             BarrierPayload {
@@ -259,13 +245,7 @@ impl<'e> Graph<'e> {
         let payload = FencePayload {
             signal: signal.map(|(s, v)| (s.clone(), v)),
         };
-        let t = new_task(
-            &self.exec.shared,
-            Some(&mut self.cache),
-            self.scope.as_ptr(),
-            &FENCE,
-            payload,
-        );
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), &FENCE, payload);
         self.adopt(t)
     }
 
@@ -285,13 +265,7 @@ impl<'e> Graph<'e> {
             t => t.deadline_from(Instant::now()),
         };
         let state = WaitState::new(semaphore.clone(), value, deadline);
-        let t = new_task(
-            &self.exec.shared,
-            Some(&mut self.cache),
-            self.scope.as_ptr(),
-            &WAIT,
-            state,
-        );
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), &WAIT, state);
         self.adopt(t)
     }
 
@@ -303,11 +277,9 @@ impl<'e> Graph<'e> {
     where
         F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
     {
-        let shared = &self.exec.shared;
         let t = if super::task::Task::fits::<DispatchPayload<F>>() {
             new_task(
-                shared,
-                Some(&mut self.cache),
+                &mut self.cache,
                 self.scope.as_ptr(),
                 dispatch_vtable::<F>(),
                 DispatchPayload::new(grid, f),
@@ -315,8 +287,7 @@ impl<'e> Graph<'e> {
         } else {
             let boxed: BoxedTileFn = Box::new(f);
             new_task(
-                shared,
-                Some(&mut self.cache),
+                &mut self.cache,
                 self.scope.as_ptr(),
                 dispatch_vtable::<BoxedTileFn>(),
                 DispatchPayload::new(grid, boxed),
@@ -425,7 +396,7 @@ impl Drop for Graph<'_> {
         // without running it. They were never counted.
         while let Some(task) = self.tasks.pop_front() {
             // SAFETY: the graph owns its unsubmitted tasks.
-            unsafe { free_task(&self.exec.shared, Some(&mut self.cache), task) };
+            unsafe { free_task(&mut self.cache, task) };
         }
     }
 }

@@ -114,12 +114,7 @@ impl CallContext<'_> {
         // SAFETY: `self.task` is the running call, alive until it retires,
         // which waits for this child.
         let parent = unsafe { self.task.as_ref() };
-        let child = make_call(
-            &self.worker.shared,
-            Some(&mut self.worker.cache),
-            parent.scope,
-            f,
-        )?;
+        let child = make_call(&mut self.worker.cache, parent.scope, f)?;
         // SAFETY: just created, ours.
         let c = unsafe { child.as_ref() };
         c.completion.set(Some(self.task));
@@ -192,8 +187,7 @@ where
 
 /// Creates a call task (not yet ready: `pending` 0, no links).
 pub(crate) fn make_call<F, P: std::ops::Deref<Target = crate::pool::BlockPool>>(
-    shared: &Shared,
-    cache: Option<&mut crate::pool::BlockCache<P>>,
+    cache: &mut crate::pool::BlockCache<P>,
     scope: NonNull<super::scope::ScopeInner>,
     f: F,
 ) -> Result<NonNull<Task>, Error>
@@ -201,11 +195,10 @@ where
     F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
 {
     if Task::fits::<CallPayload<F>>() {
-        new_task(shared, cache, scope, call_vtable::<F>(), CallPayload { f })
+        new_task(cache, scope, call_vtable::<F>(), CallPayload { f })
     } else {
         let boxed: Box<CallFn> = Box::new(f);
         new_task(
-            shared,
             cache,
             scope,
             call_vtable::<Box<CallFn>>(),
@@ -216,17 +209,13 @@ where
 
 /// Writes a task with payload `payload` into a fresh block.
 pub(crate) fn new_task<T, P: std::ops::Deref<Target = crate::pool::BlockPool>>(
-    shared: &Shared,
-    cache: Option<&mut crate::pool::BlockCache<P>>,
+    cache: &mut crate::pool::BlockCache<P>,
     scope: NonNull<super::scope::ScopeInner>,
     vtable: &'static VTable,
     payload: T,
 ) -> Result<NonNull<Task>, Error> {
     const { assert!(Task::fits::<T>(), "payload too large for a task block") };
-    let block = match cache {
-        Some(c) => c.acquire()?,
-        None => shared.pool.acquire_raw()?,
-    };
+    let block = cache.acquire()?;
     let task = block.as_ptr().cast::<Task>();
     // SAFETY: the block is ours, `TASK_BLOCK` bytes aligned to 64.
     // Field by field: writing a whole `Task` value would copy its 192
@@ -545,8 +534,7 @@ where
     t.pending.set(1); // hold while adding shards
     for _ in 0..shards {
         let shard = match new_task(
-            &worker.shared,
-            Some(&mut worker.cache),
+            &mut worker.cache,
             t.scope,
             shard_vtable::<F>(),
             ShardPayload { dispatch: task },

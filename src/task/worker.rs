@@ -319,7 +319,6 @@ impl Worker {
             self.execute(task);
             return true;
         }
-        self.flush();
         if self.expire_waits() {
             return true; // requeued waits on our own deque: run them
         }
@@ -473,7 +472,7 @@ impl Worker {
         }
         let scope: NonNull<ScopeInner> = t.scope;
         // SAFETY: the task is done; its payload is dropped once.
-        unsafe { free_task(&self.shared, Some(&mut self.cache), task) };
+        unsafe { free_task(&mut self.cache, task) };
         self.count_retired(scope);
         next
     }
@@ -483,10 +482,10 @@ impl Worker {
 /// the retirement).
 ///
 /// # Safety
-/// The caller owns `task`, which nobody will touch again.
+/// The caller owns `task`, which nobody will touch again, and `task` came
+/// from `cache`'s pool (the executor's).
 pub(crate) unsafe fn free_task<P: std::ops::Deref<Target = BlockPool>>(
-    shared: &Shared,
-    cache: Option<&mut BlockCache<P>>,
+    cache: &mut BlockCache<P>,
     task: NonNull<Task>,
 ) {
     // SAFETY: owned per contract.
@@ -494,12 +493,8 @@ pub(crate) unsafe fn free_task<P: std::ops::Deref<Target = BlockPool>>(
     let block = t.block;
     // SAFETY: the vtable matches the payload.
     unsafe { (t.vtable.drop)(task) };
-    // SAFETY: the task sits at the start of block `block` of `shared.pool`.
+    // SAFETY: the task sits at the start of block `block` of the cache's pool.
     let raw = unsafe { RawBlock::from_parts(task.cast(), block) };
-    match cache {
-        // SAFETY: from this pool, released once.
-        Some(c) => unsafe { c.release(raw) },
-        // SAFETY: as above.
-        None => unsafe { shared.pool.release_raw(raw) },
-    }
+    // SAFETY: from this pool (the cache's), released once.
+    unsafe { cache.release(raw) };
 }
