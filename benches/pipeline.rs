@@ -5,41 +5,20 @@
 //!
 //! Run with `cargo bench --bench pipeline`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use fenceline::{CommandBuffer, CpuConfig, Device, Semaphore, Tile, Timeout};
+use fenceline::{CpuConfig, Device, Semaphore, Timeout};
 
-const TILES: u32 = 64;
-const WORK: u64 = 300;
-const IN_FLIGHT: u64 = 3;
+#[path = "../examples/common/pipeline_stages.rs"]
+mod stages;
+use stages::{stage_cb, tile_work, IN_FLIGHT, TILES};
+
 const FRAMES: u64 = 100;
-
-fn tile_work(stage: u64, tile: u64, sink: &AtomicU64) {
-    let mut x = stage.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ tile;
-    for _ in 0..WORK {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-    }
-    sink.fetch_add(x & 0xFF, Ordering::Relaxed);
-}
-
-fn stage_cb(device: &Device, stage: u64, sink: &Arc<AtomicU64>) -> CommandBuffer {
-    let mut cb = device.command_buffer().unwrap();
-    let sink = sink.clone();
-    cb.dispatch([TILES, 1, 1], move |t: &Tile| {
-        tile_work(stage, u64::from(t.workgroup_id[0]), &sink);
-        Ok(())
-    })
-    .unwrap();
-    cb.end().unwrap();
-    cb
-}
 
 fn pipeline(c: &mut Criterion) {
     let mut group = c.benchmark_group("pipeline_100_frames");
@@ -54,7 +33,7 @@ fn pipeline(c: &mut Criterion) {
     })
     .unwrap();
     let (q0, q1) = (device.queue(0).unwrap(), device.queue(1).unwrap());
-    let cbs = [1, 2, 3].map(|s| stage_cb(&device, s, &sink));
+    let cbs = [1, 2, 3].map(|s| stage_cb(&device, s, &sink).unwrap());
     group.bench_function("fenceline", |b| {
         b.iter(|| {
             let (a, bb, c) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));

@@ -9,53 +9,23 @@
 //! Run: `cargo run --release --example pipeline` (`-- <seconds>` to change
 //! the run time, default 3).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fenceline::{CommandBuffer, CpuConfig, Device, Error, Semaphore, Tile};
+use fenceline::{CpuConfig, Device, Error, Semaphore};
 
-struct Counting;
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to `System`, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[path = "common/pipeline_stages.rs"]
+mod stages;
+use stages::{stage_cb, tile_work, IN_FLIGHT, TILES};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: common::Counting = common::Counting;
 
-const TILES: u32 = 64;
-const WORK: u64 = 300; // rounds of arithmetic per tile
-const IN_FLIGHT: u64 = 3; // frames in flight
 const WARMUP_FRAMES: u64 = 200;
-
-/// One tile's work: a little arithmetic folded into a shared checksum.
-fn tile_work(stage: u64, tile: u64, sink: &AtomicU64) {
-    let mut x = stage.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ tile;
-    for _ in 0..WORK {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-    }
-    sink.fetch_add(x & 0xFF, Ordering::Relaxed);
-}
 
 struct Figures {
     frames: u64,
@@ -79,17 +49,6 @@ impl Figures {
             self.allocations as f64 / self.frames as f64,
         );
     }
-}
-
-fn stage_cb(device: &Device, stage: u64, sink: &Arc<AtomicU64>) -> Result<CommandBuffer, Error> {
-    let mut cb = device.command_buffer()?;
-    let sink = sink.clone();
-    cb.dispatch([TILES, 1, 1], move |t: &Tile| {
-        tile_work(stage, u64::from(t.workgroup_id[0]), &sink);
-        Ok(())
-    })?;
-    cb.end()?;
-    Ok(cb)
 }
 
 fn run_fenceline(seconds: f64, sink: &Arc<AtomicU64>) -> Result<Figures, Error> {
@@ -126,7 +85,7 @@ fn run_fenceline(seconds: f64, sink: &Arc<AtomicU64>) -> Result<Figures, Error> 
             c.wait(done, Duration::from_secs(10))?;
             let latency = submitted[(done % (IN_FLIGHT + 1)) as usize].elapsed();
             if done == WARMUP_FRAMES {
-                measured_from = Some((Instant::now(), ALLOCATIONS.load(Ordering::Relaxed), done));
+                measured_from = Some((Instant::now(), common::allocations(), done));
             } else if done > WARMUP_FRAMES {
                 latencies.push(latency);
             }
@@ -135,7 +94,7 @@ fn run_fenceline(seconds: f64, sink: &Arc<AtomicU64>) -> Result<Figures, Error> 
     c.wait(frame, Duration::from_secs(10))?;
     let (start, allocs, first) = measured_from.unwrap_or((Instant::now(), 0, frame));
     let frames = frame - first;
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - allocs;
+    let allocations = common::allocations() - allocs;
     Ok(Figures {
         frames,
         elapsed: start.elapsed(),
@@ -193,7 +152,7 @@ fn run_rayon(seconds: f64, sink: &Arc<AtomicU64>) -> Figures {
             let (done, t) = done_rx.recv().expect("stage alive");
             finished = done;
             if done == WARMUP_FRAMES {
-                measured_from = Some((Instant::now(), ALLOCATIONS.load(Ordering::Relaxed), done));
+                measured_from = Some((Instant::now(), common::allocations(), done));
             } else if done > WARMUP_FRAMES {
                 latencies.push(t.elapsed());
             }
@@ -211,7 +170,7 @@ fn run_rayon(seconds: f64, sink: &Arc<AtomicU64>) -> Figures {
         frames: frame - first,
         elapsed: start.elapsed(),
         latencies,
-        allocations: ALLOCATIONS.load(Ordering::Relaxed) - allocs,
+        allocations: common::allocations() - allocs,
     }
 }
 
