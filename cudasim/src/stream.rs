@@ -1,0 +1,377 @@
+//! Streams (one host thread each, running its queue in order), events, and
+//! host functions.
+
+use crate::context::require_context;
+use crate::misuse::{error, lock, misuse};
+use crate::state::{handle, id_of, state};
+use crate::{api, guarded, InHostFn, Out, SimResult};
+use cudarc::driver::sys::cudaError_enum::*;
+use cudarc::driver::sys::{CUevent, CUhostFn, CUresult, CUstream};
+use std::collections::BTreeSet;
+use std::ffi::{c_uint, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+/// Work queued on a stream. It reports its own failure (misuse or error)
+/// before returning the code, which the stream keeps for its next sync.
+pub(crate) type Op = Box<dyn FnOnce() -> SimResult + Send>;
+
+/// The submitting side of a stream. Dropping the last `Arc` closes the queue:
+/// the thread finishes what was queued and exits.
+pub(crate) struct Stream {
+    queue: mpsc::Sender<Op>,
+    progress: Arc<Progress>,
+}
+
+/// Shared between a stream's submitters and its thread.
+struct Progress {
+    counts: Mutex<Counts>,
+    changed: Condvar,
+}
+
+struct Counts {
+    submitted: u64,
+    done: u64,
+    /// First failure of a queued op since the last sync or query.
+    error: Option<CUresult>,
+}
+
+fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    cv.wait(guard).unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Stream {
+    fn spawn(call: &str) -> SimResult<Arc<Stream>> {
+        let (queue, ops) = mpsc::channel::<Op>();
+        let progress = Arc::new(Progress {
+            counts: Mutex::new(Counts {
+                submitted: 0,
+                done: 0,
+                error: None,
+            }),
+            changed: Condvar::new(),
+        });
+        let p = progress.clone();
+        std::thread::Builder::new()
+            .name("fenceline-sim-stream".into())
+            .spawn(move || run(ops, &p))
+            .map_err(|e| {
+                error(
+                    CUDA_ERROR_OUT_OF_MEMORY,
+                    format_args!("{call}: cannot start a stream thread: {e}"),
+                )
+            })?;
+        Ok(Arc::new(Stream { queue, progress }))
+    }
+
+    /// Queues `op` behind everything submitted before.
+    pub(crate) fn enqueue(&self, op: Op) -> SimResult {
+        lock(&self.progress.counts).submitted += 1;
+        self.queue.send(op).map_err(|_| {
+            lock(&self.progress.counts).submitted -= 1;
+            error(CUDA_ERROR_UNKNOWN, "stream thread is gone")
+        })
+    }
+
+    /// Waits for everything submitted so far; returns a queued op's failure.
+    fn synchronize(&self) -> SimResult {
+        let mut c = lock(&self.progress.counts);
+        let target = c.submitted;
+        while c.done < target {
+            c = wait(&self.progress.changed, c);
+        }
+        c.error.take().map_or(Ok(()), Err)
+    }
+
+    fn query(&self) -> SimResult {
+        let mut c = lock(&self.progress.counts);
+        match c.error.take() {
+            Some(e) => Err(e),
+            None if c.done < c.submitted => Err(CUDA_ERROR_NOT_READY),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A stream thread: runs ops in order until the queue is closed and drained.
+fn run(ops: mpsc::Receiver<Op>, progress: &Progress) {
+    for op in ops {
+        let result = catch_unwind(AssertUnwindSafe(op))
+            .unwrap_or_else(|_| fail!(CUDA_ERROR_LAUNCH_FAILED, "a stream operation panicked"));
+        let mut c = lock(&progress.counts);
+        c.done += 1;
+        if let Err(e) = result {
+            c.error.get_or_insert(e);
+        }
+        drop(c);
+        progress.changed.notify_all();
+    }
+}
+
+/// The stream behind a handle; null, `CU_STREAM_LEGACY` (0x1) and
+/// `CU_STREAM_PER_THREAD` (0x2) all name the shared null stream.
+pub(crate) fn stream(h: CUstream, call: &str) -> SimResult<Arc<Stream>> {
+    let id = id_of(h);
+    let mut st = state();
+    if id > 2 {
+        return st.streams.get(id, call).cloned();
+    }
+    if let Some(s) = &st.null_stream {
+        return Ok(s.clone());
+    }
+    let s = Stream::spawn(call)?;
+    st.null_stream = Some(s.clone());
+    Ok(s)
+}
+
+/// An event: each record is a new epoch, pending until its stream reaches it.
+pub(crate) struct Event {
+    epochs: Mutex<Epochs>,
+    changed: Condvar,
+}
+
+struct Epochs {
+    /// The latest record (0: never recorded).
+    latest: u64,
+    pending: BTreeSet<u64>,
+}
+
+impl Event {
+    fn new() -> Self {
+        Event {
+            epochs: Mutex::new(Epochs {
+                latest: 0,
+                pending: BTreeSet::new(),
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn latest(&self) -> u64 {
+        lock(&self.epochs).latest
+    }
+
+    fn begin_record(&self) -> u64 {
+        let mut e = lock(&self.epochs);
+        e.latest += 1;
+        let epoch = e.latest;
+        e.pending.insert(epoch);
+        epoch
+    }
+
+    fn complete(&self, epoch: u64) {
+        lock(&self.epochs).pending.remove(&epoch);
+        self.changed.notify_all();
+    }
+
+    fn is_complete(&self, epoch: u64) -> bool {
+        !lock(&self.epochs).pending.contains(&epoch)
+    }
+
+    fn wait(&self, epoch: u64) {
+        let mut e = lock(&self.epochs);
+        while e.pending.contains(&epoch) {
+            e = wait(&self.changed, e);
+        }
+    }
+}
+
+fn event(h: CUevent, call: &str) -> SimResult<Arc<Event>> {
+    state().events.get(id_of(h), call).cloned()
+}
+
+/// Starts a stream thread (flags are ignored).
+///
+/// # Safety
+/// `phStream` must be null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(phStream: *mut CUstream, _flags: c_uint) -> CUresult {
+    const CALL: &str = "cuStreamCreate";
+    api(CALL, || {
+        let out = Out::new(phStream, CALL, "phStream")?;
+        require_context(CALL)?;
+        let s = Stream::spawn(CALL)?;
+        let id = state().streams.insert(s);
+        // SAFETY: writable by this fn's contract.
+        unsafe { out.write(handle(id)) };
+        Ok(())
+    })
+}
+
+/// Destroys the handle at once; queued work still runs, then the thread exits.
+#[no_mangle]
+pub extern "C" fn cuStreamDestroy_v2(hStream: CUstream) -> CUresult {
+    api("cuStreamDestroy_v2", || {
+        state()
+            .streams
+            .remove(id_of(hStream), "cuStreamDestroy_v2")
+            .map(drop)
+    })
+}
+
+/// Waits until the stream has run everything queued so far.
+#[no_mangle]
+pub extern "C" fn cuStreamSynchronize(hStream: CUstream) -> CUresult {
+    api("cuStreamSynchronize", || {
+        stream(hStream, "cuStreamSynchronize")?.synchronize()
+    })
+}
+
+/// `CUDA_ERROR_NOT_READY` while queued work remains.
+#[no_mangle]
+pub extern "C" fn cuStreamQuery(hStream: CUstream) -> CUresult {
+    api("cuStreamQuery", || {
+        stream(hStream, "cuStreamQuery")?.query()
+    })
+}
+
+/// Makes the stream wait for the event's latest record at call time.
+#[no_mangle]
+pub extern "C" fn cuStreamWaitEvent(
+    hStream: CUstream,
+    hEvent: CUevent,
+    _flags: c_uint,
+) -> CUresult {
+    const CALL: &str = "cuStreamWaitEvent";
+    api(CALL, || {
+        let s = stream(hStream, CALL)?;
+        let ev = event(hEvent, CALL)?;
+        let epoch = ev.latest();
+        if epoch == 0 {
+            let id = id_of(hEvent);
+            return Err(misuse(
+                CUDA_ERROR_ILLEGAL_STATE,
+                format!("{CALL}: event {id:#x} was never recorded (the real driver would not wait at all)"),
+            ));
+        }
+        s.enqueue(Box::new(move || {
+            ev.wait(epoch);
+            Ok(())
+        }))
+    })
+}
+
+/// Creates an event (flags are ignored; there is no timing).
+///
+/// # Safety
+/// `phEvent` must be null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventCreate(phEvent: *mut CUevent, _flags: c_uint) -> CUresult {
+    const CALL: &str = "cuEventCreate";
+    api(CALL, || {
+        let out = Out::new(phEvent, CALL, "phEvent")?;
+        require_context(CALL)?;
+        let id = state().events.insert(Arc::new(Event::new()));
+        // SAFETY: writable by this fn's contract.
+        unsafe { out.write(handle(id)) };
+        Ok(())
+    })
+}
+
+/// Destroys the event; pending records still complete for their waiters.
+#[no_mangle]
+pub extern "C" fn cuEventDestroy_v2(hEvent: CUevent) -> CUresult {
+    api("cuEventDestroy_v2", || {
+        state()
+            .events
+            .remove(id_of(hEvent), "cuEventDestroy_v2")
+            .map(drop)
+    })
+}
+
+/// Starts a new epoch of the event, completed when the stream reaches it.
+#[no_mangle]
+pub extern "C" fn cuEventRecord(hEvent: CUevent, hStream: CUstream) -> CUresult {
+    const CALL: &str = "cuEventRecord";
+    api(CALL, || {
+        let ev = event(hEvent, CALL)?;
+        let s = stream(hStream, CALL)?;
+        let epoch = ev.begin_record();
+        let done = ev.clone();
+        s.enqueue(Box::new(move || {
+            done.complete(epoch);
+            Ok(())
+        }))
+        .inspect_err(|_| ev.complete(epoch))
+    })
+}
+
+/// `CUDA_SUCCESS` if the latest record completed (or there was none), else
+/// `CUDA_ERROR_NOT_READY`.
+#[no_mangle]
+pub extern "C" fn cuEventQuery(hEvent: CUevent) -> CUresult {
+    api("cuEventQuery", || {
+        let ev = event(hEvent, "cuEventQuery")?;
+        if ev.is_complete(ev.latest()) {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_NOT_READY)
+        }
+    })
+}
+
+/// Waits until the latest record at call time completes.
+#[no_mangle]
+pub extern "C" fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
+    api("cuEventSynchronize", || {
+        let ev = event(hEvent, "cuEventSynchronize")?;
+        ev.wait(ev.latest());
+        Ok(())
+    })
+}
+
+/// A host function and its argument, to be called on a stream thread.
+struct HostCall {
+    f: unsafe extern "C" fn(*mut c_void),
+    data: *mut c_void,
+}
+
+// SAFETY: cuLaunchHostFunc's contract is that `f(data)` may be called from
+// another thread (the driver's own callback thread); `data` is only passed on.
+unsafe impl Send for HostCall {}
+
+impl HostCall {
+    fn run(self) -> SimResult {
+        let _flag = InHostFn::enter();
+        // SAFETY: `f` and `data` were handed to cuLaunchHostFunc, whose
+        // caller guarantees that calling `f(data)` once is sound.
+        unsafe { (self.f)(self.data) };
+        Ok(())
+    }
+}
+
+/// Queues `fn_(userData)`; while it runs, any driver call from it is misuse.
+///
+/// # Safety
+/// Calling `fn_(userData)` once, on another thread, must be sound.
+#[no_mangle]
+pub unsafe extern "C" fn cuLaunchHostFunc(
+    hStream: CUstream,
+    fn_: CUhostFn,
+    userData: *mut c_void,
+) -> CUresult {
+    const CALL: &str = "cuLaunchHostFunc";
+    api(CALL, || {
+        let Some(f) = fn_ else {
+            return fail!(CUDA_ERROR_INVALID_VALUE, "{CALL}: fn is null");
+        };
+        let host = HostCall { f, data: userData };
+        stream(hStream, CALL)?.enqueue(Box::new(move || host.run()))
+    })
+}
+
+/// Events created and not yet destroyed.
+#[no_mangle]
+pub extern "C" fn fenceline_sim_live_events() -> u64 {
+    guarded("fenceline_sim_live_events", 0, || {
+        state().events.live_count()
+    })
+}
+
+/// Streams created and not yet destroyed (the null stream is not counted).
+#[no_mangle]
+pub extern "C" fn fenceline_sim_live_streams() -> u64 {
+    guarded("fenceline_sim_live_streams", 0, || {
+        state().streams.live_count()
+    })
+}
