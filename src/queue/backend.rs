@@ -7,6 +7,7 @@ use std::ptr::NonNull;
 use super::action::QueueAction;
 use super::pending::Shared;
 use crate::error::{Error, ErrorKind};
+use crate::list::{SList, TransferStack};
 use crate::semaphore::{AnyEvent, Semaphore};
 
 /// A device backend: runs ready actions' payloads.
@@ -81,6 +82,17 @@ impl<B: Backend> Completion<B> {
         a.device_waits.iter().flatten()
     }
 
+    /// `(semaphore, value)` the action waited on (all reached, or waited on
+    /// the device through [`device_waits`](Self::device_waits)).
+    pub fn waits(&self) -> impl Iterator<Item = (&Semaphore, u64)> {
+        // SAFETY: as in `payload`.
+        let a = unsafe { &*self.action.as_ptr() };
+        (0..a.wait_count as usize).map(move |i| {
+            let (s, v) = a.wait(i);
+            (s, *v)
+        })
+    }
+
     /// `(semaphore, value)` the action signals when it completes.
     pub fn signals(&self) -> impl Iterator<Item = (&Semaphore, u64)> {
         // SAFETY: as in `payload`.
@@ -91,13 +103,51 @@ impl<B: Backend> Completion<B> {
         })
     }
 
+    /// The token as one pointer, for a driver callback's user data. Nothing
+    /// is completed or freed; [`from_raw`](Self::from_raw) takes it back.
+    pub fn into_raw(self) -> *mut () {
+        let action = self.action;
+        std::mem::forget(self);
+        action.as_ptr().cast()
+    }
+
+    /// Takes back a token given out by [`into_raw`](Self::into_raw).
+    ///
+    /// # Safety
+    /// `raw` came from `into_raw` of a `Completion<B>` (same `B`) and is
+    /// taken back once.
+    pub unsafe fn from_raw(raw: *mut ()) -> Completion<B> {
+        let action = raw.cast::<QueueAction<B::Payload>>();
+        // SAFETY: per contract, a live issued action; its owner is the
+        // queue's shared state, which outlives it.
+        let owner = unsafe { (*action).owner };
+        // SAFETY: both non-null: made from live objects.
+        unsafe {
+            Completion {
+                action: NonNull::new_unchecked(action),
+                shared: NonNull::new_unchecked(owner.cast_mut().cast::<Shared<B>>()),
+            }
+        }
+    }
+
     /// Finishes the action: `Ok` signals its semaphores, an error fails
     /// them with it. Then its memory goes back to the pool.
     pub fn complete(self, result: Result<(), Error>) {
         let (action, shared) = (self.action, self.shared);
         std::mem::forget(self);
         // SAFETY: the queue's shared state outlives its actions.
-        unsafe { shared.as_ref() }.finish(action, result);
+        unsafe { shared.as_ref() }.finish(action, result, false);
+    }
+
+    /// As [`complete`](Self::complete), but a signal whose value is already
+    /// reached is not an error: for an action whose dependents waited on
+    /// it on the device (the device-wait shortcut) and may have completed
+    /// on the host, signalling higher values, before it.
+    pub fn complete_reached_ok(self, result: Result<(), Error>) {
+        let (action, shared) = (self.action, self.shared);
+        std::mem::forget(self);
+        // SAFETY: the queue's shared state outlives its actions.
+        unsafe { shared.as_ref() }.finish(action, result, true);
     }
 }
 
@@ -110,6 +160,91 @@ impl<B: Backend> Drop for Completion<B> {
                 ErrorKind::Internal,
                 "backend dropped an issued action without completing it",
             )),
+            false,
         );
+    }
+}
+
+/// A lock-free stack of issued actions, for a backend that hands
+/// completions from one thread (a driver callback) to another. It links
+/// the actions through their own submit links (free once issued): no
+/// allocation, no lock.
+pub struct CompletionStack<B: Backend> {
+    stack: TransferStack<QueueAction<B::Payload>>,
+}
+
+// SAFETY: the stack owns the pushed actions (payloads are `Send`).
+unsafe impl<B: Backend> Send for CompletionStack<B> {}
+// SAFETY: push and take_all are lock-free and safe from any thread.
+unsafe impl<B: Backend> Sync for CompletionStack<B> {}
+
+impl<B: Backend> Default for CompletionStack<B> {
+    fn default() -> Self {
+        CompletionStack {
+            stack: TransferStack::new(),
+        }
+    }
+}
+
+impl<B: Backend> fmt::Debug for CompletionStack<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CompletionStack")
+    }
+}
+
+impl<B: Backend> CompletionStack<B> {
+    /// Pushes an issued action; only atomic operations (safe in a driver
+    /// callback).
+    pub fn push(&self, work: Completion<B>) {
+        let action = work.action;
+        std::mem::forget(work);
+        // SAFETY: an issued action is linked nowhere; its submit links are
+        // free and the stack now owns it.
+        unsafe { self.stack.push(action) };
+    }
+
+    /// Takes every pushed action, oldest first. Actions the iterator is
+    /// dropped before yielding are completed with an error, not leaked.
+    pub fn take_all(&self) -> Completions<B> {
+        Completions {
+            list: self.stack.take_all(),
+        }
+    }
+
+    /// Whether nothing is pushed (a snapshot).
+    pub fn is_empty(&self) -> bool {
+        self.stack.is_empty()
+    }
+}
+
+/// Actions taken from a [`CompletionStack`], oldest first.
+pub struct Completions<B: Backend> {
+    list: SList<QueueAction<B::Payload>>,
+}
+
+impl<B: Backend> Iterator for Completions<B> {
+    type Item = Completion<B>;
+
+    fn next(&mut self) -> Option<Completion<B>> {
+        self.list.pop_front().map(|action| {
+            // SAFETY: pushed by `CompletionStack::push` from a
+            // `Completion<B>`, and popped once.
+            unsafe { Completion::from_raw(action.as_ptr().cast()) }
+        })
+    }
+}
+
+impl<B: Backend> Drop for Completions<B> {
+    fn drop(&mut self) {
+        for work in self.by_ref() {
+            drop(work);
+        }
+    }
+}
+
+impl<B: Backend> Drop for CompletionStack<B> {
+    fn drop(&mut self) {
+        // Complete (with an error) anything left rather than strand it.
+        drop(self.take_all());
     }
 }

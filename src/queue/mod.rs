@@ -36,5 +36,5 @@ mod backend;
 mod pending;
 pub mod testing;
 
-pub use backend::{Backend, Completion};
+pub use backend::{Backend, Completion, CompletionStack, Completions};
 pub use pending::PendingQueue;

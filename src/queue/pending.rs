@@ -310,7 +310,7 @@ impl<B: Backend> Shared<B> {
 
     fn handle(&self, st: &mut IssuerState<B::Payload>, action: NonNull<Action<B>>, closed: bool) {
         if closed {
-            self.finish(action, Err(cancelled()));
+            self.finish(action, Err(cancelled()), false);
             return;
         }
         match self.classify(action) {
@@ -320,7 +320,7 @@ impl<B: Backend> Shared<B> {
             }),
             // SAFETY: armed and ours to list.
             Class::Pending => unsafe { st.pending.push_back(action) },
-            Class::Failed(e) => self.finish(action, Err(e)),
+            Class::Failed(e) => self.finish(action, Err(e), false),
         }
     }
 
@@ -382,20 +382,32 @@ impl<B: Backend> Shared<B> {
             if unsafe { sem.cancel(NonNull::from(&a.timepoint)) } {
                 // SAFETY: linked in `pending`; now ours.
                 unsafe { st.pending.erase(action) };
-                self.finish(action, Err(cancelled()));
+                self.finish(action, Err(cancelled()), false);
             }
         }
     }
 
     /// Signals (or fails) the action's semaphores and frees it.
-    pub(crate) fn finish(&self, action: NonNull<Action<B>>, result: Result<(), Error>) {
+    /// `reached_ok`: a signal value already reached is not an error (see
+    /// [`Completion::complete_reached_ok`]).
+    pub(crate) fn finish(
+        &self,
+        action: NonNull<Action<B>>,
+        result: Result<(), Error>,
+        reached_ok: bool,
+    ) {
         // SAFETY: the caller owns the finished action.
         let a = unsafe { &*action.as_ptr() };
         match result {
             Ok(()) => {
                 for i in 0..a.signal_count as usize {
                     let (sem, value) = a.signal(i);
-                    if let Err(e) = sem.signal(*value) {
+                    let signalled = if reached_ok {
+                        sem.signal_at_least(*value)
+                    } else {
+                        sem.signal(*value)
+                    };
+                    if let Err(e) = signalled {
                         // A failed semaphore keeps its first error; a value
                         // that does not advance is the submitter's bug,
                         // surfaced to every waiter.

@@ -29,6 +29,8 @@ struct SlotHeader {
     refs: AtomicUsize,
     /// Returns the slot to its pool (monomorphized per event type).
     release: unsafe fn(NonNull<SlotHeader>),
+    /// The pool's shared state (its identity, for [`EventPool::event_of`]).
+    owner: *const (),
 }
 
 #[repr(C)]
@@ -114,6 +116,7 @@ impl<E: Send + Sync + 'static> EventPool<E> {
                     header: SlotHeader {
                         refs: AtomicUsize::new(0),
                         release: release_slot::<E>,
+                        owner: std::ptr::null(),
                     },
                     index: block.index(),
                     pool: UnsafeCell::new(None),
@@ -140,9 +143,14 @@ impl<E: Send + Sync + 'static> EventPool<E> {
         }
         // SAFETY: every block came from `shared.blocks` and is freed once.
         unsafe { shared.blocks.release_raw_all(raw) };
-        Ok(EventPool {
-            shared: Arc::new(shared),
-        })
+        let shared = Arc::new(shared);
+        let owner = Arc::as_ptr(&shared).cast::<()>();
+        for &slot in shared.slots.iter() {
+            // SAFETY: no slot has been handed out yet (the pool is not
+            // shared), so nothing reads the header concurrently.
+            unsafe { (*slot.as_ptr()).header.owner = owner };
+        }
+        Ok(EventPool { shared })
     }
 
     /// An event with one reference, reusing a created one if any is free.
@@ -186,6 +194,23 @@ impl<E: Send + Sync + 'static> EventPool<E> {
             slot,
             _marker: PhantomData,
         })
+    }
+
+    /// The event behind `event` if it is one of this pool's, else `None`
+    /// (an event of another pool or backend).
+    pub fn event_of<'a>(&self, event: &'a AnyEvent) -> Option<&'a E> {
+        // SAFETY: `event` holds a reference, so its slot is valid.
+        let header = unsafe { event.header.as_ref() };
+        if header.owner != Arc::as_ptr(&self.shared).cast::<()>() {
+            return None;
+        }
+        let slot = event.header.cast::<Slot<E>>();
+        // SAFETY: the slot belongs to this pool, so it is a `Slot<E>`; it
+        // is out (a reference is held), so its event is `Some` and not
+        // written until released.
+        unsafe { slot.as_ref() }
+            .event
+            .with(|e| unsafe { (*e).as_ref() })
     }
 
     /// Events created so far (each is created once and reused).

@@ -158,11 +158,26 @@ impl Semaphore {
     /// semaphore failed.
     #[inline]
     pub fn signal(&self, value: u64) -> Result<(), Error> {
+        self.advance(value, false)
+    }
+
+    /// As [`signal`](Self::signal), but a value already reached is not an
+    /// error (nothing changes): for a producer whose dependents, having
+    /// waited on it on the device, may complete on the host first.
+    pub(crate) fn signal_at_least(&self, value: u64) -> Result<(), Error> {
+        self.advance(value, true)
+    }
+
+    #[inline]
+    fn advance(&self, value: u64, reached_ok: bool) -> Result<(), Error> {
         let inner = &*self.inner;
         let mut current = inner.value.load(Ordering::Relaxed);
         loop {
             if current == FAILED {
                 return Err(inner.failure());
+            }
+            if reached_ok && value <= current && value != FAILED {
+                return Ok(());
             }
             if value <= current || value == FAILED {
                 return Err(signal_error(value, current));
