@@ -1,6 +1,8 @@
 //! `CommandBuffer`: records fill / update / copy / dispatch / barrier once;
-//! every submission runs the recording as a task DAG on the CPU device's
-//! executor, built in pool memory (no re-recording, no allocation).
+//! on the CPU device every submission runs the recording as a task DAG on
+//! the executor, built in pool memory (no re-recording, no allocation); on
+//! the CUDA device `end` builds one CUDA graph that every submission
+//! launches.
 //!
 //! Commands between two barriers run in parallel; a barrier makes
 //! everything after it wait for everything before it. Crossing a barrier
@@ -41,6 +43,16 @@ pub(crate) enum Command {
         grid: [u32; 3],
         f: TileFn,
     },
+    #[cfg(feature = "cuda")]
+    Launch(crate::device::cuda::Launch),
+}
+
+/// The device a command buffer records for.
+#[derive(Clone)]
+pub(crate) enum Target {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Cuda(Arc<crate::device::cuda::CudaShared>),
 }
 
 impl Command {
@@ -66,20 +78,62 @@ impl Command {
                 dst_offset,
                 len,
             } => src.copy_to(*src_offset, dst, *dst_offset, *len),
-            Command::Dispatch { .. } => {
-                return Err(Error::new(
-                    ErrorKind::Internal,
-                    "a dispatch runs as a dispatch task",
-                ))
-            }
+            Command::Dispatch { .. } => Err(Error::new(
+                ErrorKind::Internal,
+                "a dispatch runs as a dispatch task",
+            )),
+            #[cfg(feature = "cuda")]
+            Command::Launch(_) => Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "a CUDA kernel cannot run on the CPU device",
+            )),
         }
-        Ok(())
+    }
+
+    /// A command that moves no bytes (skipped by the CUDA graph).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn is_empty_op(&self) -> bool {
+        match self {
+            Command::Fill { len, .. } | Command::Copy { len, .. } => *len == 0,
+            Command::Update { data, .. } => data.is_empty(),
+            _ => false,
+        }
     }
 }
 
 /// An ended recording: stages of commands separated by barriers.
 pub(crate) struct Recording {
+    /// For a CUDA recording: its context and graph (`None`: no command).
+    /// Declared first: the graph is destroyed before the buffers it uses.
+    #[cfg(feature = "cuda")]
+    cuda: Option<(
+        Arc<crate::device::cuda::driver::Context>,
+        Option<crate::device::cuda::graph::CudaGraph>,
+    )>,
     pub(crate) stages: Vec<Vec<Command>>,
+}
+
+impl Recording {
+    /// Whether it was recorded for the CPU device.
+    pub(crate) fn is_cpu(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        if self.cuda.is_some() {
+            return false;
+        }
+        true
+    }
+
+    /// Whether it was recorded for the CUDA device of `ctx`.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn is_for(&self, ctx: &Arc<crate::device::cuda::driver::Context>) -> bool {
+        matches!(&self.cuda, Some((c, _)) if Arc::ptr_eq(c, ctx))
+    }
+
+    /// The graph every submission launches (CUDA recordings).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn cuda_graph(&self) -> Option<&crate::device::cuda::graph::CudaGraph> {
+        self.cuda.as_ref().and_then(|(_, g)| g.as_ref())
+    }
 }
 
 /// Records work for a device's queues. `Send`; ended with
@@ -104,6 +158,7 @@ pub(crate) struct Recording {
 /// # Ok::<(), fenceline::Error>(())
 /// ```
 pub struct CommandBuffer {
+    target: Target,
     stages: Vec<Vec<Command>>,
     ended: Option<Arc<Recording>>,
 }
@@ -117,10 +172,28 @@ impl fmt::Debug for CommandBuffer {
 }
 
 impl CommandBuffer {
-    pub(crate) fn new() -> CommandBuffer {
+    pub(crate) fn new(target: Target) -> CommandBuffer {
         CommandBuffer {
+            target,
             stages: vec![Vec::new()],
             ended: None,
+        }
+    }
+
+    /// Checks that `buffer` is memory of this command buffer's device.
+    fn check_buffer(&self, buffer: &Buffer) -> Result<(), Error> {
+        let ok = match &self.target {
+            Target::Cpu => buffer.host().is_some(),
+            #[cfg(feature = "cuda")]
+            Target::Cuda(shared) => buffer.on_context(&shared.ctx),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "buffer belongs to another device than the command buffer",
+            ))
         }
     }
 
@@ -163,6 +236,7 @@ impl CommandBuffer {
             ));
         }
         buffer.range(offset, len)?;
+        self.check_buffer(buffer)?;
         let mut p = [0u8; 4];
         p[..plen].copy_from_slice(pattern);
         let buffer = buffer.clone();
@@ -179,6 +253,7 @@ impl CommandBuffer {
     /// Writes `data` at `offset` when it runs; `data` is copied now.
     pub fn update(&mut self, data: &[u8], buffer: &Buffer, offset: usize) -> Result<(), Error> {
         buffer.range(offset, data.len())?;
+        self.check_buffer(buffer)?;
         let buffer = buffer.clone();
         self.recording()?.push(Command::Update {
             buffer,
@@ -206,6 +281,8 @@ impl CommandBuffer {
                 format!("copy within one buffer: {s:?} overlaps {d:?}"),
             ));
         }
+        self.check_buffer(src)?;
+        self.check_buffer(dst)?;
         let (src, dst) = (src.clone(), dst.clone());
         self.recording()?.push(Command::Copy {
             src,
@@ -218,12 +295,56 @@ impl CommandBuffer {
     }
 
     /// Runs `f` over every tile of `grid`, in parallel on the workers.
+    ///
+    /// Errors: `FailedPrecondition` on a CUDA device's command buffer (a
+    /// CPU closure cannot run there: record a kernel
+    /// [`launch`](Self::launch)).
     pub fn dispatch<F>(&mut self, grid: [u32; 3], f: F) -> Result<(), Error>
     where
         F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
     {
+        #[cfg(feature = "cuda")]
+        if let Target::Cuda(_) = self.target {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "dispatch of a CPU closure recorded for a CUDA device: record a kernel launch",
+            ));
+        }
         let f: TileFn = Arc::new(f);
         self.recording()?.push(Command::Dispatch { grid, f });
+        Ok(())
+    }
+
+    /// Launches `kernel` over `grid` blocks of `block` threads with
+    /// `shared_mem` bytes of dynamic shared memory and `args` as its
+    /// parameters (feature `cuda`).
+    ///
+    /// Errors: `FailedPrecondition` on a CPU device's command buffer;
+    /// `InvalidArgument` for a zero dimension or a kernel or buffer of
+    /// another device.
+    #[cfg(feature = "cuda")]
+    pub fn launch(
+        &mut self,
+        kernel: &crate::device::Kernel,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        args: &[crate::device::KernelArg<'_>],
+    ) -> Result<(), Error> {
+        let Target::Cuda(shared) = &self.target else {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "kernel launch recorded for the CPU device: record a dispatch",
+            ));
+        };
+        let launch = crate::device::cuda::Launch::new(kernel, grid, block, shared_mem, args)?;
+        if !Arc::ptr_eq(launch.context(), &shared.ctx) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "kernel belongs to another device than the command buffer",
+            ));
+        }
+        self.recording()?.push(Command::Launch(launch));
         Ok(())
     }
 
@@ -240,12 +361,27 @@ impl CommandBuffer {
     /// of times.
     ///
     /// Errors: `FailedPrecondition` if already ended.
+    /// On a CUDA device this builds and instantiates the CUDA graph; an
+    /// error doing so leaves the command buffer recording.
     pub fn end(&mut self) -> Result<(), Error> {
         self.recording()?;
+        self.stages.retain(|s| !s.is_empty());
+        #[cfg(feature = "cuda")]
+        let cuda = match &self.target {
+            Target::Cpu => None,
+            Target::Cuda(shared) => {
+                let graph =
+                    crate::device::cuda::graph::build(&shared.ctx, &shared.pinned, &self.stages)?;
+                Some((shared.ctx.clone(), graph))
+            }
+        };
         let mut stages = std::mem::take(&mut self.stages);
-        stages.retain(|s| !s.is_empty());
         stages.shrink_to_fit();
-        self.ended = Some(Arc::new(Recording { stages }));
+        self.ended = Some(Arc::new(Recording {
+            #[cfg(feature = "cuda")]
+            cuda,
+            stages,
+        }));
         Ok(())
     }
 

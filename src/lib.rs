@@ -38,6 +38,8 @@ pub mod task;
 
 pub use command_buffer::CommandBuffer;
 pub use device::{Buffer, CpuConfig, Device, Queue};
+#[cfg(feature = "cuda")]
+pub use device::{CompletionMode, CudaConfig, Kernel, KernelArg};
 pub use error::{Error, ErrorKind};
 
 /// The README's examples, compiled and run as doc tests.

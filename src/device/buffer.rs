@@ -1,4 +1,5 @@
-//! `Buffer`: device memory; for the CPU device, host memory.
+//! `Buffer`: device memory; for the CPU device, host memory; for the CUDA
+//! device, `cuMemAlloc` memory.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -14,7 +15,14 @@ use crate::error::{Error, ErrorKind};
 /// them with semaphores to see a submission's result.
 #[derive(Clone)]
 pub struct Buffer {
-    pub(crate) bytes: Arc<[AtomicU8]>,
+    mem: Mem,
+}
+
+#[derive(Clone)]
+enum Mem {
+    Host(Arc<[AtomicU8]>),
+    #[cfg(feature = "cuda")]
+    Cuda(Arc<super::cuda::driver::DeviceMem>),
 }
 
 impl fmt::Debug for Buffer {
@@ -32,29 +40,85 @@ impl Buffer {
             ));
         }
         Ok(Buffer {
-            bytes: (0..len).map(|_| AtomicU8::new(0)).collect(),
+            mem: Mem::Host((0..len).map(|_| AtomicU8::new(0)).collect()),
+        })
+    }
+
+    /// A zeroed buffer of device memory.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn new_cuda(
+        ctx: &Arc<super::cuda::driver::Context>,
+        len: usize,
+    ) -> Result<Buffer, Error> {
+        if len == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "buffer length 0: must be at least 1",
+            ));
+        }
+        let mem = super::cuda::driver::DeviceMem::zeroed(ctx, len)?;
+        Ok(Buffer {
+            mem: Mem::Cuda(Arc::new(mem)),
         })
     }
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        match &self.mem {
+            Mem::Host(b) => b.len(),
+            #[cfg(feature = "cuda")]
+            Mem::Cuda(m) => m.len,
+        }
     }
 
     /// Never true: a buffer has at least one byte.
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.len() == 0
     }
 
-    /// Copies `out.len()` bytes starting at `offset` into `out`.
+    /// Copies `out.len()` bytes starting at `offset` into `out` (for a
+    /// CUDA buffer, a synchronous device-to-host copy).
     ///
     /// Errors: `OutOfRange` if the range does not fit in the buffer.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
         let range = self.range(offset, out.len())?;
-        for (o, b) in out.iter_mut().zip(&self.bytes[range]) {
-            *o = b.load(Ordering::Relaxed);
+        match &self.mem {
+            Mem::Host(bytes) => {
+                for (o, b) in out.iter_mut().zip(&bytes[range]) {
+                    *o = b.load(Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            Mem::Cuda(m) => m.read(offset, out),
         }
-        Ok(())
+    }
+
+    /// Host bytes of a CPU-device buffer (`None` for device memory).
+    pub(crate) fn host(&self) -> Option<&[AtomicU8]> {
+        match &self.mem {
+            Mem::Host(b) => Some(b),
+            #[cfg(feature = "cuda")]
+            Mem::Cuda(_) => None,
+        }
+    }
+
+    /// The device address of a CUDA buffer.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn device_ptr(&self) -> Result<u64, Error> {
+        match &self.mem {
+            Mem::Cuda(m) => Ok(m.ptr),
+            Mem::Host(_) => Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a CPU-device buffer used in CUDA work",
+            )),
+        }
+    }
+
+    /// Whether this is device memory of context `ctx`.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn on_context(&self, ctx: &Arc<super::cuda::driver::Context>) -> bool {
+        matches!(&self.mem, Mem::Cuda(m) if Arc::ptr_eq(&m.ctx, ctx))
     }
 
     /// Checks `offset..offset + len` against the buffer.
@@ -72,27 +136,50 @@ impl Buffer {
     }
 
     pub(crate) fn same(&self, other: &Buffer) -> bool {
-        Arc::ptr_eq(&self.bytes, &other.bytes)
+        match (&self.mem, &other.mem) {
+            (Mem::Host(a), Mem::Host(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "cuda")]
+            (Mem::Cuda(a), Mem::Cuda(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "cuda")]
+            _ => false,
+        }
     }
 
-    pub(crate) fn write(&self, offset: usize, data: &[u8]) {
-        for (b, d) in self.bytes[offset..offset + data.len()].iter().zip(data) {
+    fn host_bytes(&self) -> Result<&[AtomicU8], Error> {
+        self.host()
+            .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "a CUDA buffer used in CPU work"))
+    }
+
+    pub(crate) fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
+        for (b, d) in self.host_bytes()?[offset..offset + data.len()]
+            .iter()
+            .zip(data)
+        {
             b.store(*d, Ordering::Relaxed);
         }
+        Ok(())
     }
 
-    pub(crate) fn fill(&self, offset: usize, len: usize, pattern: &[u8]) {
-        for (i, b) in self.bytes[offset..offset + len].iter().enumerate() {
+    pub(crate) fn fill(&self, offset: usize, len: usize, pattern: &[u8]) -> Result<(), Error> {
+        for (i, b) in self.host_bytes()?[offset..offset + len].iter().enumerate() {
             b.store(pattern[i % pattern.len()], Ordering::Relaxed);
         }
+        Ok(())
     }
 
-    pub(crate) fn copy_to(&self, src_offset: usize, dst: &Buffer, dst_offset: usize, len: usize) {
-        let src = &self.bytes[src_offset..src_offset + len];
-        let dst = &dst.bytes[dst_offset..dst_offset + len];
+    pub(crate) fn copy_to(
+        &self,
+        src_offset: usize,
+        dst: &Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), Error> {
+        let src = &self.host_bytes()?[src_offset..src_offset + len];
+        let dst = &dst.host_bytes()?[dst_offset..dst_offset + len];
         for (s, d) in src.iter().zip(dst) {
             d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
         }
+        Ok(())
     }
 }
 

@@ -1,13 +1,17 @@
 //! Devices: the CPU device (embedded default) and, with feature `cuda`,
-//! the CUDA device (a later issue).
+//! the CUDA device.
 //!
-//! A [`Device`] owns a task executor and one [`PendingQueue`] per queue.
-//! [`Queue::execute`] submits command buffers gated by semaphores; each
-//! submission runs as a task DAG built in pool memory.
+//! A [`Device`] owns one [`PendingQueue`] per queue. On the CPU device
+//! each submission runs as a task DAG built in pool memory on the device's
+//! executor; on the CUDA device it is issued to the queue's stream (see
+//! [`cuda`]). [`Queue::execute`] submits command buffers gated by
+//! semaphores the same way on both.
 
 mod buffer;
 mod cpu;
-mod host_fn;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub(crate) mod host_fn;
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,9 +19,11 @@ use std::time::Duration;
 
 pub use buffer::Buffer;
 pub use cpu::EXECUTE_INLINE_COMMAND_BUFFERS;
+#[cfg(feature = "cuda")]
+pub use cuda::{CompletionMode, CudaConfig, Kernel, KernelArg};
 pub use host_fn::HOST_CALL_INLINE_BYTES;
 
-use crate::command_buffer::CommandBuffer;
+use crate::command_buffer::{CommandBuffer, Recording, Target};
 use crate::error::{Error, ErrorKind};
 use crate::queue::PendingQueue;
 use crate::semaphore::Semaphore;
@@ -53,18 +59,32 @@ pub struct Device {
     inner: Arc<DeviceInner>,
 }
 
-struct DeviceInner {
-    queues: Vec<PendingQueue<CpuBackend>>,
-    /// Boxed so its address is stable for the backends' pointers; dropped
-    /// after the queues (see `Drop`).
-    executor: Option<Box<Executor>>,
+enum DeviceInner {
+    Cpu {
+        queues: Vec<PendingQueue<CpuBackend>>,
+        /// Boxed so its address is stable for the backends' pointers;
+        /// dropped after the queues (see `Drop`).
+        executor: Option<Box<Executor>>,
+    },
+    #[cfg(feature = "cuda")]
+    Cuda(cuda::CudaDevice),
+}
+
+impl DeviceInner {
+    fn queue_count(&self) -> usize {
+        match self {
+            DeviceInner::Cpu { queues, .. } => queues.len(),
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(d) => d.queues.len(),
+        }
+    }
 }
 
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Device")
-            .field("kind", &"cpu")
-            .field("queues", &self.inner.queues.len())
+            .field("kind", &self.kind_name())
+            .field("queues", &self.inner.queue_count())
             .finish()
     }
 }
@@ -95,24 +115,93 @@ impl Device {
             .map(|_| PendingQueue::new(CpuBackend::new(exec)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Device {
-            inner: Arc::new(DeviceInner {
+            inner: Arc::new(DeviceInner::Cpu {
                 queues,
                 executor: Some(executor),
             }),
         })
     }
 
+    /// CUDA device `ordinal` with default settings (feature `cuda`).
+    ///
+    /// Errors: `Unavailable`, with the reason, when no driver library can
+    /// be loaded, a driver symbol fenceline needs is missing, `cuInit`
+    /// fails, or the ordinal does not exist. Never panics.
+    #[cfg(feature = "cuda")]
+    pub fn cuda(ordinal: usize) -> Result<Device, Error> {
+        Device::cuda_with(ordinal, CudaConfig::default())
+    }
+
+    /// CUDA device `ordinal` shaped by `config` (feature `cuda`).
+    ///
+    /// Errors: as [`cuda`](Self::cuda); `InvalidArgument` for 0 queues or
+    /// 0 events.
+    #[cfg(feature = "cuda")]
+    pub fn cuda_with(ordinal: usize, config: CudaConfig) -> Result<Device, Error> {
+        let device = cuda::CudaDevice::open(ordinal, config)?;
+        Ok(Device {
+            inner: Arc::new(DeviceInner::Cuda(device)),
+        })
+    }
+
+    /// `"cpu"`, or the CUDA device's name.
+    pub fn kind_name(&self) -> &str {
+        match &*self.inner {
+            DeviceInner::Cpu { .. } => "cpu",
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(d) => d.name(),
+        }
+    }
+
+    /// Events the CUDA device has created so far (each created once and
+    /// reused); 0 for the CPU device.
+    pub fn events_created(&self) -> usize {
+        match &*self.inner {
+            DeviceInner::Cpu { .. } => 0,
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(d) => d.shared.events.created(),
+        }
+    }
+
+    /// Waits the CUDA device met on the GPU (device-wait shortcut) so far;
+    /// 0 for the CPU device.
+    pub fn device_waits_issued(&self) -> u64 {
+        match &*self.inner {
+            DeviceInner::Cpu { .. } => 0,
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(d) => d
+                .shared
+                .device_waits
+                .load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    /// Loads `ptx` (PTX text) and returns its entry point `name` (feature
+    /// `cuda`).
+    ///
+    /// Errors: `FailedPrecondition` on the CPU device (it runs
+    /// [`dispatch`](CommandBuffer::dispatch) closures instead);
+    /// `InvalidArgument` if the PTX does not load or has no such entry.
+    #[cfg(feature = "cuda")]
+    pub fn load_kernel(&self, ptx: &str, name: &str) -> Result<Kernel, Error> {
+        match &*self.inner {
+            DeviceInner::Cpu { .. } => Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "the CPU device has no kernels: record a dispatch closure",
+            )),
+            DeviceInner::Cuda(d) => Kernel::load(&d.shared.ctx, ptx, name),
+        }
+    }
+
     /// Queue `index` (a cheap handle).
     ///
     /// Errors: `InvalidArgument` if `index` is not below the queue count.
     pub fn queue(&self, index: usize) -> Result<Queue, Error> {
-        if index >= self.inner.queues.len() {
+        let count = self.inner.queue_count();
+        if index >= count {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
-                format!(
-                    "queue index {index}: the device has {} queue(s)",
-                    self.inner.queues.len()
-                ),
+                format!("queue index {index}: the device has {count} queue(s)"),
             ));
         }
         Ok(Queue {
@@ -121,31 +210,57 @@ impl Device {
         })
     }
 
-    /// A zeroed buffer of `len` bytes.
+    /// A zeroed buffer of `len` bytes (device memory on a CUDA device).
     ///
-    /// Errors: `InvalidArgument` for 0 bytes.
+    /// Errors: `InvalidArgument` for 0 bytes; `ResourceExhausted` if the
+    /// device has no memory for it.
     pub fn buffer(&self, len: usize) -> Result<Buffer, Error> {
-        Buffer::new(len)
+        match &*self.inner {
+            DeviceInner::Cpu { .. } => Buffer::new(len),
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(d) => Buffer::new_cuda(&d.shared.ctx, len),
+        }
     }
 
-    /// An empty command buffer, recording.
+    /// An empty command buffer, recording, for this device.
     pub fn command_buffer(&self) -> Result<CommandBuffer, Error> {
-        Ok(CommandBuffer::new())
+        Ok(CommandBuffer::new(match &*self.inner {
+            DeviceInner::Cpu { .. } => Target::Cpu,
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(d) => Target::Cuda(d.shared.clone()),
+        }))
+    }
+}
+
+/// Cancels what is pending, waits until every issued action completed.
+fn quiesce<B: crate::queue::Backend>(queues: &[PendingQueue<B>]) {
+    for q in queues {
+        q.shutdown();
+    }
+    while queues.iter().any(|q| q.in_flight() > 0) {
+        std::thread::sleep(Duration::from_micros(50));
     }
 }
 
 impl Drop for DeviceInner {
     fn drop(&mut self) {
-        for q in &self.queues {
-            q.shutdown();
+        match self {
+            DeviceInner::Cpu { queues, executor } => {
+                // Issued work finishes on the executor; wait for it, then
+                // drop the queues before the executor their backends
+                // point to.
+                quiesce(queues);
+                queues.clear();
+                executor.take();
+            }
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(d) => {
+                // Issued work finishes on the streams and completion
+                // threads; the queues (streams, threads) go after it.
+                quiesce(&d.queues);
+                d.queues.clear();
+            }
         }
-        // Issued work finishes on the executor; wait for it, then drop the
-        // queues before the executor their backends point to.
-        while self.queues.iter().any(|q| q.in_flight() > 0) {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        self.queues.clear();
-        self.executor.take();
     }
 }
 
@@ -162,9 +277,44 @@ impl fmt::Debug for Queue {
     }
 }
 
+/// Checks that every recording was made for the device it is submitted to.
+fn check_recordings(device: &DeviceInner, recordings: &[&Arc<Recording>]) -> Result<(), Error> {
+    let ok = recordings.iter().all(|r| match device {
+        DeviceInner::Cpu { .. } => r.is_cpu(),
+        #[cfg(feature = "cuda")]
+        DeviceInner::Cuda(d) => r.is_for(&d.shared.ctx),
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::FailedPrecondition,
+            "command buffer was recorded for another device",
+        ))
+    }
+}
+
 impl Queue {
-    fn pending(&self) -> &PendingQueue<CpuBackend> {
-        &self.device.queues[self.index]
+    fn submit(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        payload: CpuPayload,
+    ) -> Result<(), Error> {
+        match &*self.device {
+            DeviceInner::Cpu { queues, .. } => queues[self.index].submit(waits, signals, payload),
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(d) => {
+                let work = match payload {
+                    CpuPayload::Barrier => cuda::CudaWork::Barrier,
+                    CpuPayload::HostCall(f) => cuda::CudaWork::HostCall(f),
+                    CpuPayload::Execute { inline, more } => {
+                        cuda::CudaWork::Execute { inline, more }
+                    }
+                };
+                d.queues[self.index].submit(waits, signals, cuda::CudaPayload::new(work))
+            }
+        }
     }
 
     /// Runs `command_buffers` in order once every wait is reached, then
@@ -174,18 +324,21 @@ impl Queue {
     /// allocating; more take one allocation.
     ///
     /// Errors (nothing is submitted then): `FailedPrecondition` for a
-    /// command buffer not ended; `Cancelled` once the device is dropping.
+    /// command buffer not ended or recorded for another device;
+    /// `Cancelled` once the device is dropping.
     pub fn execute(
         &self,
         waits: &[(&Semaphore, u64)],
         signals: &[(&Semaphore, u64)],
         command_buffers: &[&CommandBuffer],
     ) -> Result<(), Error> {
-        let mut inline: [Option<Arc<crate::command_buffer::Recording>>;
-            EXECUTE_INLINE_COMMAND_BUFFERS] = Default::default();
+        let mut inline: [Option<Arc<Recording>>; EXECUTE_INLINE_COMMAND_BUFFERS] =
+            Default::default();
         let mut more = Vec::new();
         for (i, cb) in command_buffers.iter().enumerate() {
-            let r = cb.recording_for_submit()?.clone();
+            let r = cb.recording_for_submit()?;
+            check_recordings(&self.device, &[r])?;
+            let r = r.clone();
             if i < EXECUTE_INLINE_COMMAND_BUFFERS {
                 inline[i] = Some(r);
             } else {
@@ -200,7 +353,7 @@ impl Queue {
                 more: (!more.is_empty()).then(|| more.into_boxed_slice()),
             }
         };
-        self.pending().submit(waits, signals, payload)
+        self.submit(waits, signals, payload)
     }
 
     /// `execute` with no command buffers: signals once the waits are reached.
@@ -209,11 +362,13 @@ impl Queue {
         waits: &[(&Semaphore, u64)],
         signals: &[(&Semaphore, u64)],
     ) -> Result<(), Error> {
-        self.pending().submit(waits, signals, CpuPayload::Barrier)
+        self.submit(waits, signals, CpuPayload::Barrier)
     }
 
-    /// Runs `f` on a worker once every wait is reached; its result (or a
-    /// panic, as an error) signals or fails the signals. A closure capturing
+    /// Runs `f` on a worker once every wait is reached (on a CUDA device:
+    /// on the queue's completion thread, once the stream reached it; `f`
+    /// may make CUDA calls); its result (or a panic, as an error) signals
+    /// or fails the signals. A closure capturing
     /// up to [`HOST_CALL_INLINE_BYTES`] bytes is stored in pool memory; a
     /// larger one takes one allocation.
     pub fn host_call<F>(
@@ -225,7 +380,7 @@ impl Queue {
     where
         F: FnOnce() -> Result<(), Error> + Send + 'static,
     {
-        self.pending().submit(
+        self.submit(
             waits,
             signals,
             CpuPayload::HostCall(host_fn::HostFn::new(f)),

@@ -1,0 +1,183 @@
+//! The CUDA backend of a device queue: a ready action waits on the device
+//! events of its device-met waits (`cuStreamWaitEvent`), launches its
+//! command buffers' graphs (`cuGraphLaunch`), records one pooled event
+//! after them for its signals (the device-wait shortcut), and hands itself
+//! to the queue's [`Completer`].
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::completer::{Completer, CompleterShared, CompletionMode};
+use super::driver::{check, Event, Stream};
+use super::CudaShared;
+use crate::command_buffer::Recording;
+use crate::device::host_fn::HostFn;
+use crate::device::EXECUTE_INLINE_COMMAND_BUFFERS;
+use crate::error::{Error, ErrorKind};
+use crate::queue::{Backend, Completion};
+use crate::semaphore::{AnyEvent, EventHandle, Semaphore};
+
+/// What a CUDA queue action runs.
+pub(crate) enum CudaWork {
+    Barrier,
+    HostCall(HostFn),
+    Execute {
+        inline: [Option<Arc<Recording>>; EXECUTE_INLINE_COMMAND_BUFFERS],
+        more: Option<Box<[Arc<Recording>]>>,
+    },
+}
+
+/// A CUDA action's payload: its work, the event recorded after it, and
+/// the completer that finishes it (for the stream callback).
+pub(crate) struct CudaPayload {
+    pub(crate) work: CudaWork,
+    pub(crate) event: Option<EventHandle<Event>>,
+    /// Its signals were published as device signals: dependents may
+    /// complete on the host before it.
+    pub(crate) published: bool,
+    pub(crate) completer: *const CompleterShared,
+}
+
+// SAFETY: the completer pointer is only dereferenced while the completer
+// lives (see `on_stream_reached`); the rest is `Send`.
+unsafe impl Send for CudaPayload {}
+
+impl CudaPayload {
+    pub(crate) fn new(work: CudaWork) -> CudaPayload {
+        CudaPayload {
+            work,
+            event: None,
+            published: false,
+            completer: std::ptr::null(),
+        }
+    }
+}
+
+pub(crate) struct CudaBackend {
+    pub(crate) shared: Arc<CudaShared>,
+    /// Declared before the stream: dropped (its thread joined) first.
+    completer: Completer,
+    stream: Arc<Stream>,
+    device_waits: bool,
+}
+
+impl CudaBackend {
+    pub(crate) fn new(
+        shared: &Arc<CudaShared>,
+        mode: CompletionMode,
+        device_waits: bool,
+        index: usize,
+    ) -> Result<CudaBackend, Error> {
+        let stream = Arc::new(Stream::new(&shared.ctx)?);
+        let completer = Completer::start(mode, shared.ctx.clone(), stream.clone(), index)?;
+        Ok(CudaBackend {
+            shared: shared.clone(),
+            completer,
+            stream,
+            device_waits,
+        })
+    }
+
+    /// Enqueues the action's device waits, work and signal event.
+    fn enqueue(&self, work: &mut Completion<Self>) -> Result<(), Error> {
+        let stream = self.stream.raw;
+        for any in work.device_waits() {
+            let event = self.shared.events.event_of(any).ok_or_else(|| {
+                Error::new(ErrorKind::Internal, "device wait on another device's event")
+            })?;
+            // SAFETY: a live stream and a live event whose record was
+            // issued before it was published on the semaphore (see
+            // `record_signals`); our reference keeps it from being reused
+            // until this call has captured that record.
+            check(
+                unsafe { sys::cuStreamWaitEvent(stream, event.raw, 0) },
+                "cuStreamWaitEvent",
+            )?;
+            self.shared
+                .device_waits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let host_call = matches!(work.payload().work, CudaWork::HostCall(_));
+        if let CudaWork::Execute { inline, more } = &work.payload().work {
+            let recordings = inline
+                .iter()
+                .flatten()
+                .chain(more.iter().flat_map(|m| m.iter()));
+            for recording in recordings {
+                if let Some(graph) = recording.cuda_graph() {
+                    // SAFETY: a live exec (the submission holds its
+                    // recording) and stream; the context is current.
+                    check(
+                        unsafe { sys::cuGraphLaunch(graph.exec.raw, stream) },
+                        "cuGraphLaunch",
+                    )?;
+                }
+            }
+        }
+        let thread_mode = self.completer.shared.mode == CompletionMode::EventThread;
+        let publish = self.device_waits && !host_call && work.signals().next().is_some();
+        if thread_mode || publish {
+            // Pool exhausted: no shortcut (signals are met on the host) and
+            // the event thread falls back to a stream sync.
+            if let Ok(event) = self.shared.events.acquire() {
+                // SAFETY: live event and stream; the context is current.
+                check(
+                    unsafe { sys::cuEventRecord(event.event().raw, stream) },
+                    "cuEventRecord",
+                )?;
+                if publish {
+                    // Published only now that its record is issued: a
+                    // device wait never sees an event never recorded
+                    // (defect 6 of the seed).
+                    for (sem, value) in work.signals() {
+                        sem.record_device_signal(value, event.clone().erase());
+                    }
+                }
+                let payload = work.payload_mut();
+                payload.event = Some(event);
+                payload.published = publish;
+            }
+        }
+        work.payload_mut().completer = Arc::as_ptr(&self.completer.shared);
+        Ok(())
+    }
+}
+
+impl Backend for CudaBackend {
+    type Payload = CudaPayload;
+
+    fn issue(&self, mut work: Completion<Self>) {
+        let entered = match self.shared.ctx.enter() {
+            Ok(e) => e,
+            Err(e) => return work.complete(Err(e)),
+        };
+        match self.enqueue(&mut work) {
+            Ok(()) => self.completer.submit(&self.stream, work),
+            Err(e) => {
+                // What was enqueued still runs; nothing waits for it
+                // through this action's signals, which fail now.
+                drop(entered);
+                return work.complete(Err(e));
+            }
+        }
+        drop(entered);
+    }
+
+    fn device_wait(&self, semaphore: &Semaphore, value: u64) -> Option<AnyEvent> {
+        if !self.device_waits {
+            return None;
+        }
+        let (_, event) = semaphore.device_signal_reaching(value)?;
+        self.shared.events.event_of(&event)?;
+        Some(event)
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // Everything issued completed before the queue state was dropped;
+        // make sure the stream itself is idle before destroying it.
+        let _ = self.stream.synchronize();
+    }
+}

@@ -1,0 +1,441 @@
+//! Thin wrappers over the CUDA driver API (through `cudarc::driver::sys`,
+//! dynamically loaded): error mapping, the symbol probe, the primary
+//! context and the handles fenceline owns (streams, events, memory,
+//! modules, graph execs). Every other CUDA file calls the driver through
+//! these.
+
+use std::ffi::{c_void, CStr};
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUresult};
+
+use crate::error::{Error, ErrorKind};
+
+/// Every driver symbol fenceline calls: probed when a device opens, so a
+/// driver missing one is `Unavailable` instead of a panic later.
+pub(crate) const SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxPushCurrent_v2",
+    "cuCtxPopCurrent_v2",
+    "cuCtxSetCurrent",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuLaunchHostFunc",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemAllocHost_v2",
+    "cuMemFreeHost",
+    "cuMemsetD8_v2",
+    "cuMemcpyDtoH_v2",
+    "cuModuleLoadData",
+    "cuModuleUnload",
+    "cuModuleGetFunction",
+    "cuGraphCreate",
+    "cuGraphDestroy",
+    "cuGraphAddEmptyNode",
+    "cuGraphAddMemsetNode",
+    "cuGraphAddMemcpyNode",
+    "cuGraphAddKernelNode_v2",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphExecDestroy",
+    "cuGraphLaunch",
+];
+
+/// `Ok` for `CUDA_SUCCESS`, else an `Internal` error naming the call.
+/// Allocates only on the error path.
+pub(crate) fn check(result: CUresult, call: &'static str) -> Result<(), Error> {
+    if result == CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Internal,
+            format!("{call} failed: {result:?}"),
+        ))
+    }
+}
+
+fn unavailable(reason: String) -> Error {
+    Error::new(ErrorKind::Unavailable, reason)
+}
+
+/// Loads the driver, checks every symbol fenceline uses, and runs
+/// `cuInit`. Never panics: no library, a missing symbol, or a failing
+/// `cuInit` is `Unavailable` with the reason.
+pub(crate) fn load() -> Result<(), Error> {
+    // SAFETY: only tries to dlopen the candidate library names.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(unavailable(
+            "no CUDA driver library (libcuda.so) could be loaded".into(),
+        ));
+    }
+    // cudarc panics inside if loading fails after all; contain that.
+    let probe = std::panic::catch_unwind(|| {
+        // SAFETY: the library is present (checked above); `get` only
+        // resolves a symbol.
+        let lib = unsafe { sys::culib() };
+        SYMBOLS
+            .iter()
+            // SAFETY: resolving a symbol address does not call it.
+            .find(|name| unsafe { lib.get::<*const c_void>(name.as_bytes()) }.is_err())
+            .copied()
+    });
+    match probe {
+        Ok(None) => {}
+        Ok(Some(missing)) => {
+            return Err(unavailable(format!(
+                "the CUDA driver library has no symbol {missing}"
+            )))
+        }
+        Err(_) => {
+            return Err(unavailable(
+                "loading the CUDA driver library panicked".into(),
+            ))
+        }
+    }
+    // SAFETY: every symbol is present; cuInit(0) is always valid to call.
+    let r = unsafe { sys::cuInit(0) };
+    if r != CUresult::CUDA_SUCCESS {
+        return Err(unavailable(format!("cuInit failed: {r:?}")));
+    }
+    Ok(())
+}
+
+/// A device's primary context, retained while any holder lives.
+pub(crate) struct Context {
+    pub(crate) raw: sys::CUcontext,
+    device: sys::CUdevice,
+    pub(crate) name: String,
+}
+
+// SAFETY: a CUDA context handle may be used from any thread (it is made
+// current per call with push/pop).
+unsafe impl Send for Context {}
+// SAFETY: as above.
+unsafe impl Sync for Context {}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context").field("name", &self.name).finish()
+    }
+}
+
+impl Context {
+    /// Retains the primary context of device `ordinal`.
+    pub(crate) fn primary(ordinal: usize) -> Result<Arc<Context>, Error> {
+        let mut count = 0;
+        // SAFETY: out-pointer to a local.
+        check(
+            unsafe { sys::cuDeviceGetCount(&mut count) },
+            "cuDeviceGetCount",
+        )
+        .map_err(|e| unavailable(e.message().to_string()))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(unavailable(format!(
+                "CUDA device ordinal {ordinal}: the driver reports {count} device(s)"
+            )));
+        }
+        let mut device = 0;
+        // SAFETY: out-pointer to a local; the ordinal is in range.
+        check(
+            unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) },
+            "cuDeviceGet",
+        )
+        .map_err(|e| unavailable(e.message().to_string()))?;
+        let mut name = [0 as std::ffi::c_char; 128];
+        // SAFETY: the buffer holds `len` bytes; the driver NUL-terminates.
+        let r = unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device) };
+        let name = if r == CUresult::CUDA_SUCCESS {
+            // SAFETY: NUL-terminated by the driver within the buffer.
+            unsafe { CStr::from_ptr(name.as_ptr()) }
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            format!("CUDA device {ordinal}")
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; `device` is valid.
+        check(
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut raw, device) },
+            "cuDevicePrimaryCtxRetain",
+        )
+        .map_err(|e| unavailable(e.message().to_string()))?;
+        Ok(Arc::new(Context { raw, device, name }))
+    }
+
+    /// Makes the context current on this thread until the guard drops
+    /// (push/pop, so a caller's own current context is restored).
+    pub(crate) fn enter(&self) -> Result<Entered<'_>, Error> {
+        // SAFETY: the context is retained while `self` lives.
+        check(
+            unsafe { sys::cuCtxPushCurrent_v2(self.raw) },
+            "cuCtxPushCurrent",
+        )?;
+        Ok(Entered { _ctx: self })
+    }
+
+    /// Makes the context current on this thread for good (for threads
+    /// fenceline owns).
+    pub(crate) fn set_current(&self) -> Result<(), Error> {
+        // SAFETY: as in `enter`.
+        check(unsafe { sys::cuCtxSetCurrent(self.raw) }, "cuCtxSetCurrent")
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: retained once in `primary`, released once here.
+        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+    }
+}
+
+/// The context is current on this thread while this lives.
+pub(crate) struct Entered<'a> {
+    _ctx: &'a Context,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        let mut popped = std::ptr::null_mut();
+        // SAFETY: pops the context pushed by `enter` on this thread.
+        let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+    }
+}
+
+/// A CUDA stream owned by fenceline.
+pub(crate) struct Stream {
+    pub(crate) raw: sys::CUstream,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: stream handles may be used from any thread with the context
+// current; fenceline serializes issue to one stream (drain protocol).
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// A non-blocking stream (no implicit sync with the legacy stream).
+    pub(crate) fn new(ctx: &Arc<Context>) -> Result<Stream, Error> {
+        let _cur = ctx.enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the context is current.
+        check(
+            unsafe {
+                sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+            },
+            "cuStreamCreate",
+        )?;
+        Ok(Stream {
+            raw,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// Waits on the host until everything issued to the stream is done.
+    pub(crate) fn synchronize(&self) -> Result<(), Error> {
+        let _cur = self.ctx.enter()?;
+        // SAFETY: a live stream; the context is current.
+        check(
+            unsafe { sys::cuStreamSynchronize(self.raw) },
+            "cuStreamSynchronize",
+        )
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let Ok(_cur) = self.ctx.enter() {
+            // SAFETY: created in `new`, destroyed once.
+            let _ = unsafe { sys::cuStreamDestroy_v2(self.raw) };
+        }
+    }
+}
+
+/// A pooled CUDA event (timing disabled). Destroyed by its pool.
+pub(crate) struct Event {
+    pub(crate) raw: sys::CUevent,
+}
+
+// SAFETY: event handles may be used from any thread with the context
+// current.
+unsafe impl Send for Event {}
+// SAFETY: as above.
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub(crate) fn new(ctx: &Context) -> Result<Event, Error> {
+        let _cur = ctx.enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the context is current.
+        check(
+            unsafe {
+                sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+            },
+            "cuEventCreate",
+        )?;
+        Ok(Event { raw })
+    }
+
+    pub(crate) fn destroy(self, ctx: &Context) {
+        if let Ok(_cur) = ctx.enter() {
+            // SAFETY: created by `new`, destroyed once (the pool's destroy).
+            let _ = unsafe { sys::cuEventDestroy_v2(self.raw) };
+        }
+    }
+}
+
+/// Device memory (`cuMemAlloc`), freed on drop.
+pub(crate) struct DeviceMem {
+    pub(crate) ptr: sys::CUdeviceptr,
+    pub(crate) len: usize,
+    pub(crate) ctx: Arc<Context>,
+}
+
+impl fmt::Debug for DeviceMem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceMem").field("len", &self.len).finish()
+    }
+}
+
+impl DeviceMem {
+    /// `len` zeroed bytes of device memory.
+    pub(crate) fn zeroed(ctx: &Arc<Context>, len: usize) -> Result<DeviceMem, Error> {
+        let _cur = ctx.enter()?;
+        let mut ptr = 0;
+        // SAFETY: out-pointer to a local; the context is current.
+        check(unsafe { sys::cuMemAlloc_v2(&mut ptr, len) }, "cuMemAlloc").map_err(|e| {
+            Error::new(
+                ErrorKind::ResourceExhausted,
+                format!("device buffer of {len} bytes: {}", e.message()),
+            )
+        })?;
+        let mem = DeviceMem {
+            ptr,
+            len,
+            ctx: ctx.clone(),
+        };
+        // SAFETY: `len` bytes at `ptr` were just allocated.
+        check(unsafe { sys::cuMemsetD8_v2(ptr, 0, len) }, "cuMemsetD8")?;
+        Ok(mem)
+    }
+
+    /// Copies device bytes `offset..offset + out.len()` to `out`
+    /// (synchronous; the caller checked the range).
+    pub(crate) fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let _cur = self.ctx.enter()?;
+        // SAFETY: the range is inside the allocation (checked by the
+        // caller) and `out` holds `out.len()` writable bytes.
+        check(
+            unsafe {
+                sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr + offset as u64, out.len())
+            },
+            "cuMemcpyDtoH",
+        )
+    }
+}
+
+impl Drop for DeviceMem {
+    fn drop(&mut self) {
+        if let Ok(_cur) = self.ctx.enter() {
+            // SAFETY: allocated in `zeroed`, freed once.
+            let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+        }
+    }
+}
+
+/// Page-locked host memory (`cuMemAllocHost`): staging for `update`.
+pub(crate) struct PinnedMem {
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: plain memory owned by this handle.
+unsafe impl Send for PinnedMem {}
+// SAFETY: only read through shared references.
+unsafe impl Sync for PinnedMem {}
+
+impl PinnedMem {
+    pub(crate) fn new(ctx: &Arc<Context>, len: usize) -> Result<PinnedMem, Error> {
+        let _cur = ctx.enter()?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the context is current.
+        check(
+            unsafe { sys::cuMemAllocHost_v2(&mut ptr, len) },
+            "cuMemAllocHost",
+        )?;
+        Ok(PinnedMem {
+            ptr: ptr.cast(),
+            len,
+            ctx: ctx.clone(),
+        })
+    }
+}
+
+impl Drop for PinnedMem {
+    fn drop(&mut self) {
+        if let Ok(_cur) = self.ctx.enter() {
+            // SAFETY: allocated in `new`, freed once.
+            let _ = unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+        }
+    }
+}
+
+/// A loaded module (`cuModuleLoadData`).
+pub(crate) struct Module {
+    pub(crate) raw: sys::CUmodule,
+    pub(crate) ctx: Arc<Context>,
+}
+
+// SAFETY: module handles may be used from any thread with the context
+// current.
+unsafe impl Send for Module {}
+// SAFETY: as above.
+unsafe impl Sync for Module {}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if let Ok(_cur) = self.ctx.enter() {
+            // SAFETY: loaded once, unloaded once (after every function of
+            // it: functions hold the module).
+            let _ = unsafe { sys::cuModuleUnload(self.raw) };
+        }
+    }
+}
+
+/// An instantiated graph (`cuGraphInstantiate`), launched per submission.
+pub(crate) struct GraphExec {
+    pub(crate) raw: sys::CUgraphExec,
+    pub(crate) ctx: Arc<Context>,
+}
+
+// SAFETY: exec handles may be launched from any thread with the context
+// current; launches of one exec are ordered by the driver.
+unsafe impl Send for GraphExec {}
+// SAFETY: as above.
+unsafe impl Sync for GraphExec {}
+
+impl Drop for GraphExec {
+    fn drop(&mut self) {
+        if let Ok(_cur) = self.ctx.enter() {
+            // SAFETY: instantiated once, destroyed once; submissions hold
+            // the recording (hence this) until they complete.
+            let _ = unsafe { sys::cuGraphExecDestroy(self.raw) };
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The CUDA device (feature `cuda`): the same pending queues as the CPU
+//! device, issuing to one CUDA stream per queue through `cudarc`'s driver
+//! API, dynamically loaded (builds and runs with no CUDA toolkit; without
+//! a driver, [`Device::cuda`](crate::Device::cuda) is `Unavailable`).
+//!
+//! - A ready action waits on the GPU for its device-met waits
+//!   (`cuStreamWaitEvent`), launches each command buffer's instantiated
+//!   graph (`cuGraphLaunch`), and records one pooled event after its work
+//!   for its signals. A later action waiting on one of those values is
+//!   issued at once and waits on the GPU (the device-wait shortcut), with
+//!   no host round trip.
+//! - Events come from an [`EventPool`]: created once, reused; an event is
+//!   published on a semaphore only after its record was issued, and held
+//!   (counted) by every action waiting on it, so it is never re-recorded
+//!   under a pending wait.
+//! - Completion runs on a per-queue thread, never inside a CUDA callback
+//!   (see [`CompletionMode`]).
+
+mod backend;
+mod completer;
+pub(crate) mod driver;
+pub(crate) mod graph;
+mod kernel;
+
+use std::sync::Arc;
+
+pub use completer::CompletionMode;
+pub use kernel::{Kernel, KernelArg};
+
+pub(crate) use backend::{CudaBackend, CudaPayload, CudaWork};
+pub(crate) use kernel::Launch;
+
+use crate::error::{Error, ErrorKind};
+use crate::queue::PendingQueue;
+use crate::semaphore::EventPool;
+use driver::{Context, Event};
+use graph::PinnedPool;
+
+/// How the CUDA device is shaped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaConfig {
+    /// Queues (streams), at least 1.
+    pub queues: usize,
+    /// How queues learn their work finished.
+    pub completion: CompletionMode,
+    /// Use the device-wait shortcut (`false` forces every cross-action
+    /// wait through the host: for comparison).
+    pub device_waits: bool,
+    /// Most CUDA events the device keeps (each created once, reused).
+    pub events: u32,
+}
+
+impl Default for CudaConfig {
+    fn default() -> Self {
+        CudaConfig {
+            queues: 1,
+            completion: CompletionMode::HostFunction,
+            device_waits: true,
+            events: 1024,
+        }
+    }
+}
+
+/// What every queue, buffer and recording of one CUDA device shares.
+pub(crate) struct CudaShared {
+    pub(crate) ctx: Arc<Context>,
+    pub(crate) events: EventPool<Event>,
+    pub(crate) pinned: Arc<PinnedPool>,
+    /// Waits met on the GPU so far (`cuStreamWaitEvent` calls).
+    pub(crate) device_waits: std::sync::atomic::AtomicU64,
+}
+
+/// The CUDA side of a `Device`.
+pub(crate) struct CudaDevice {
+    pub(crate) queues: Vec<PendingQueue<CudaBackend>>,
+    pub(crate) shared: Arc<CudaShared>,
+}
+
+impl CudaDevice {
+    /// Opens device `ordinal`. Never panics: any failure to load or
+    /// initialize the driver is `Unavailable` with the reason.
+    pub(crate) fn open(ordinal: usize, config: CudaConfig) -> Result<CudaDevice, Error> {
+        if config.queues == 0 || config.events == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "CudaConfig queues {} events {}: need at least one of each",
+                    config.queues, config.events
+                ),
+            ));
+        }
+        match std::panic::catch_unwind(|| Self::open_inner(ordinal, config)) {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Unavailable,
+                "the CUDA driver binding panicked while opening the device",
+            )),
+        }
+    }
+
+    fn open_inner(ordinal: usize, config: CudaConfig) -> Result<CudaDevice, Error> {
+        driver::load()?;
+        let ctx = Context::primary(ordinal)?;
+        let (c1, c2) = (ctx.clone(), ctx.clone());
+        let events = EventPool::new(
+            move || Event::new(&c1),
+            move |e: Event| e.destroy(&c2),
+            config.events.min(64) as usize,
+            config.events,
+        )?;
+        let shared = Arc::new(CudaShared {
+            ctx,
+            events,
+            pinned: Arc::default(),
+            device_waits: Default::default(),
+        });
+        let queues = (0..config.queues)
+            .map(|i| {
+                let backend = CudaBackend::new(&shared, config.completion, config.device_waits, i)?;
+                PendingQueue::new(backend)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CudaDevice { queues, shared })
+    }
+
+    /// Device name as the driver reports it.
+    pub(crate) fn name(&self) -> &str {
+        &self.shared.ctx.name
+    }
+}
