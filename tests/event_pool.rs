@@ -204,3 +204,16 @@ fn device_signal_table_is_bounded() {
         "dropping the semaphore released its events"
     );
 }
+
+#[test]
+fn event_of_recognizes_only_its_own_pool() {
+    let counts = Arc::new(Counts::default());
+    let (p1, p2) = (pool(&counts, 0, 4), pool(&counts, 0, 4));
+    let e1 = p1.acquire().unwrap();
+    let id = e1.event().0;
+    let any = e1.erase();
+    assert_eq!(p1.event_of(&any).map(|e| e.0), Some(id));
+    assert!(p2.event_of(&any).is_none(), "another pool's event");
+    let other: EventPool<u64> = EventPool::new(|| Ok(7), |_| {}, 0, 2).unwrap();
+    assert!(other.event_of(&any).is_none(), "another event type");
+}

@@ -304,3 +304,29 @@ fn dropping_a_completion_fails_its_signals() {
     assert_eq!(*count.lock().unwrap(), 1);
     assert_eq!(s.query().unwrap_err().kind(), ErrorKind::Internal);
 }
+
+#[test]
+fn completion_stack_hands_over_in_order_and_a_dropped_one_fails_its_actions() {
+    use fenceline::queue::CompletionStack;
+    let q = PendingQueue::new(TestingBackend::new(false)).unwrap();
+    let (a, b, c) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+    q.submit(&[], &[(&a, 1)], 1).unwrap();
+    q.submit(&[], &[(&b, 1)], 2).unwrap();
+    q.submit(&[], &[(&c, 1)], 3).unwrap();
+    let stack = CompletionStack::<TestingBackend>::default();
+    while let Some(work) = q.backend().take_next() {
+        stack.push(work);
+    }
+    // Oldest first; stop after the first, dropping the iterator.
+    let mut taken = stack.take_all();
+    let first = taken.next().unwrap();
+    assert_eq!(*first.payload(), 1);
+    first.complete(Ok(()));
+    drop(taken);
+    assert!(stack.is_empty());
+    assert_eq!(a.query().unwrap(), 1);
+    // Dropped before being yielded: completed with an error, not leaked.
+    assert_eq!(b.query().unwrap_err().kind(), ErrorKind::Internal);
+    assert_eq!(c.query().unwrap_err().kind(), ErrorKind::Internal);
+    assert_eq!(q.in_flight(), 0);
+}

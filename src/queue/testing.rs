@@ -66,6 +66,15 @@ impl TestingBackend {
         Some(id)
     }
 
+    /// Takes the oldest issued action without completing it (to hand it
+    /// on, e.g. through a [`CompletionStack`](super::CompletionStack)).
+    pub fn take_next(&self) -> Option<Completion<TestingBackend>> {
+        self.issued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+    }
+
     /// Completes every issued action, including those issued meanwhile.
     pub fn complete_all(&self) -> usize {
         let mut n = 0;
