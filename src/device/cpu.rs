@@ -1,26 +1,16 @@
 //! The CPU backend: queue actions run as task DAGs on the device's
 //! executor.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use super::host_fn::HostFn;
-use crate::command_buffer::{Command, Recording};
+use super::Work;
+use crate::command_buffer::Command;
 use crate::error::Error;
 use crate::queue::{Backend, Completion};
 use crate::task::{Executor, Scope, TaskId};
 
 /// Command buffers one `execute` keeps without allocating.
 pub const EXECUTE_INLINE_COMMAND_BUFFERS: usize = 4;
-
-/// What a CPU queue action runs.
-pub(crate) enum CpuPayload {
-    Barrier,
-    HostCall(HostFn),
-    Execute {
-        inline: [Option<Arc<Recording>>; EXECUTE_INLINE_COMMAND_BUFFERS],
-        more: Option<Box<[Arc<Recording>]>>,
-    },
-}
 
 /// A command of a recording, handed to a task (valid while the submission
 /// holds the recording, which outlives its tasks: the `finally` task that
@@ -76,8 +66,8 @@ impl CpuBackend {
     }
 
     fn issue_host_call(&self, mut work: Completion<Self>) {
-        let f = match std::mem::replace(work.payload_mut(), CpuPayload::Barrier) {
-            CpuPayload::HostCall(f) => f,
+        let f = match std::mem::replace(work.payload_mut(), Work::Barrier) {
+            Work::HostCall(f) => f,
             _ => unreachable!("checked by the caller"),
         };
         let mut g = self.exec().graph(&self.host_scope);
@@ -143,7 +133,7 @@ fn build(
     g: &mut crate::task::Graph<'_>,
     work: &Completion<CpuBackend>,
 ) -> Result<Option<TaskId>, Error> {
-    let CpuPayload::Execute { inline, more } = work.payload() else {
+    let Work::Execute { inline, more } = work.payload() else {
         return Ok(None);
     };
     let recordings = inline
@@ -205,13 +195,13 @@ fn command_task(g: &mut crate::task::Graph<'_>, command: &Command) -> Result<Tas
 }
 
 impl Backend for CpuBackend {
-    type Payload = CpuPayload;
+    type Payload = Work;
 
     fn issue(&self, work: Completion<Self>) {
         match work.payload() {
-            CpuPayload::Barrier => work.complete(Ok(())),
-            CpuPayload::HostCall(_) => self.issue_host_call(work),
-            CpuPayload::Execute { .. } => self.issue_execute(work),
+            Work::Barrier => work.complete(Ok(())),
+            Work::HostCall(_) => self.issue_host_call(work),
+            Work::Execute { .. } => self.issue_execute(work),
         }
     }
 }

@@ -28,7 +28,17 @@ use crate::error::{Error, ErrorKind};
 use crate::queue::PendingQueue;
 use crate::semaphore::Semaphore;
 use crate::task::{Executor, ExecutorConfig};
-use cpu::{CpuBackend, CpuPayload};
+use cpu::CpuBackend;
+
+/// What one queue action runs, on any device.
+pub(crate) enum Work {
+    Barrier,
+    HostCall(host_fn::HostFn),
+    Execute {
+        inline: [Option<Arc<Recording>>; EXECUTE_INLINE_COMMAND_BUFFERS],
+        more: Option<Box<[Arc<Recording>]>>,
+    },
+}
 
 /// How the CPU device is shaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,20 +309,13 @@ impl Queue {
         &self,
         waits: &[(&Semaphore, u64)],
         signals: &[(&Semaphore, u64)],
-        payload: CpuPayload,
+        payload: Work,
     ) -> Result<(), Error> {
         match &*self.device {
             DeviceInner::Cpu { queues, .. } => queues[self.index].submit(waits, signals, payload),
             #[cfg(feature = "cuda")]
             DeviceInner::Cuda(d) => {
-                let work = match payload {
-                    CpuPayload::Barrier => cuda::CudaWork::Barrier,
-                    CpuPayload::HostCall(f) => cuda::CudaWork::HostCall(f),
-                    CpuPayload::Execute { inline, more } => {
-                        cuda::CudaWork::Execute { inline, more }
-                    }
-                };
-                d.queues[self.index].submit(waits, signals, cuda::CudaPayload::new(work))
+                d.queues[self.index].submit(waits, signals, cuda::CudaPayload::new(payload))
             }
         }
     }
@@ -346,9 +349,9 @@ impl Queue {
             }
         }
         let payload = if command_buffers.is_empty() {
-            CpuPayload::Barrier
+            Work::Barrier
         } else {
-            CpuPayload::Execute {
+            Work::Execute {
                 inline,
                 more: (!more.is_empty()).then(|| more.into_boxed_slice()),
             }
@@ -362,7 +365,7 @@ impl Queue {
         waits: &[(&Semaphore, u64)],
         signals: &[(&Semaphore, u64)],
     ) -> Result<(), Error> {
-        self.submit(waits, signals, CpuPayload::Barrier)
+        self.submit(waits, signals, Work::Barrier)
     }
 
     /// Runs `f` on a worker once every wait is reached (on a CUDA device:
@@ -380,11 +383,7 @@ impl Queue {
     where
         F: FnOnce() -> Result<(), Error> + Send + 'static,
     {
-        self.submit(
-            waits,
-            signals,
-            CpuPayload::HostCall(host_fn::HostFn::new(f)),
-        )
+        self.submit(waits, signals, Work::HostCall(host_fn::HostFn::new(f)))
     }
 }
 

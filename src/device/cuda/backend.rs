@@ -11,27 +11,15 @@ use cudarc::driver::sys;
 use super::completer::{Completer, CompleterShared, CompletionMode};
 use super::driver::{check, Event, Stream};
 use super::CudaShared;
-use crate::command_buffer::Recording;
-use crate::device::host_fn::HostFn;
-use crate::device::EXECUTE_INLINE_COMMAND_BUFFERS;
+use crate::device::Work;
 use crate::error::{Error, ErrorKind};
 use crate::queue::{Backend, Completion};
 use crate::semaphore::{AnyEvent, EventHandle, Semaphore};
 
-/// What a CUDA queue action runs.
-pub(crate) enum CudaWork {
-    Barrier,
-    HostCall(HostFn),
-    Execute {
-        inline: [Option<Arc<Recording>>; EXECUTE_INLINE_COMMAND_BUFFERS],
-        more: Option<Box<[Arc<Recording>]>>,
-    },
-}
-
 /// A CUDA action's payload: its work, the event recorded after it, and
 /// the completer that finishes it (for the stream callback).
 pub(crate) struct CudaPayload {
-    pub(crate) work: CudaWork,
+    pub(crate) work: Work,
     pub(crate) event: Option<EventHandle<Event>>,
     /// Its signals were published as device signals: dependents may
     /// complete on the host before it.
@@ -44,7 +32,7 @@ pub(crate) struct CudaPayload {
 unsafe impl Send for CudaPayload {}
 
 impl CudaPayload {
-    pub(crate) fn new(work: CudaWork) -> CudaPayload {
+    pub(crate) fn new(work: Work) -> CudaPayload {
         CudaPayload {
             work,
             event: None,
@@ -98,8 +86,8 @@ impl CudaBackend {
                 .device_waits
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let host_call = matches!(work.payload().work, CudaWork::HostCall(_));
-        if let CudaWork::Execute { inline, more } = &work.payload().work {
+        let host_call = matches!(work.payload().work, Work::HostCall(_));
+        if let Work::Execute { inline, more } = &work.payload().work {
             let recordings = inline
                 .iter()
                 .flatten()

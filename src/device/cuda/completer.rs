@@ -20,8 +20,9 @@ use std::thread::{JoinHandle, ThreadId};
 use crossbeam_utils::sync::{Parker, Unparker};
 use cudarc::driver::sys;
 
-use super::backend::{CudaBackend, CudaWork};
+use super::backend::CudaBackend;
 use super::driver::{check, Context, Stream};
+use crate::device::Work;
 use crate::error::Error;
 use crate::queue::{Completion, CompletionStack};
 
@@ -175,9 +176,9 @@ fn finish(shared: &CompleterShared, stream: &Stream, mut work: Completion<CudaBa
         };
     }
     if result.is_ok() {
-        if let CudaWork::HostCall(_) = &work.payload().work {
-            if let CudaWork::HostCall(f) =
-                std::mem::replace(&mut work.payload_mut().work, CudaWork::Barrier)
+        if let Work::HostCall(_) = &work.payload().work {
+            if let Work::HostCall(f) =
+                std::mem::replace(&mut work.payload_mut().work, Work::Barrier)
             {
                 result = crate::task::guarded_call(|| f.call());
             }

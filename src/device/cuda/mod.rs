@@ -27,7 +27,7 @@ use std::sync::Arc;
 pub use completer::CompletionMode;
 pub use kernel::{Kernel, KernelArg};
 
-pub(crate) use backend::{CudaBackend, CudaPayload, CudaWork};
+pub(crate) use backend::{CudaBackend, CudaPayload};
 pub(crate) use kernel::Launch;
 
 use crate::error::{Error, ErrorKind};
