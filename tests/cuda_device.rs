@@ -245,8 +245,14 @@ const GATE_PTX: &str = "
 
 /// Producer on queue 0 blocked on the GPU (gate closed), consumer on
 /// queue 1 waiting on the producer's signal. Returns whether the consumer
-/// was issued (a GPU-side wait) before the gate opened.
-fn producer_consumer(device_waits: bool, completion: CompletionMode) -> Option<bool> {
+/// was issued (a GPU-side wait) before the gate opened. With
+/// `fail_producer`, the host fails the producer's semaphore while both are
+/// on the GPU: the consumer, which waited on the device, must fail too.
+fn producer_consumer(
+    device_waits: bool,
+    completion: CompletionMode,
+    fail_producer: bool,
+) -> Option<bool> {
     if !cuda::is_sim() {
         println!("skipped: needs the simulated driver's host-implemented kernels");
         return None;
@@ -293,7 +299,25 @@ fn producer_consumer(device_waits: bool, completion: CompletionMode) -> Option<b
         0,
         "ran before its wait"
     );
+    if fail_producer {
+        p.fail(fenceline::Error::new(ErrorKind::Aborted, "producer failed"));
+    }
     GATE.store(true, Ordering::SeqCst);
+    if fail_producer {
+        let e = c.wait(1, LONG).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.message()),
+            (ErrorKind::Aborted, "producer failed")
+        );
+        // The GPU still ran the consumer's kernel.
+        let start = Instant::now();
+        while CONSUMER_RUNS.load(Ordering::SeqCst) == 0 && start.elapsed() < LONG {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(CONSUMER_RUNS.load(Ordering::SeqCst), 1);
+        assert_eq!(cuda::misuse_count(), 0, "{}", cuda::last_misuse());
+        return Some(issued_early);
+    }
     c.wait(1, LONG).unwrap();
     assert_eq!(p.query().unwrap(), 1);
     assert_eq!(CONSUMER_RUNS.load(Ordering::SeqCst), 1);
@@ -310,16 +334,22 @@ fn producer_consumer(device_waits: bool, completion: CompletionMode) -> Option<b
 #[test]
 fn device_wait_shortcut_issues_the_consumer_before_the_producer_finishes() {
     for mode in [CompletionMode::HostFunction, CompletionMode::EventThread] {
-        let Some(early) = producer_consumer(true, mode) else {
+        let Some(early) = producer_consumer(true, mode, false) else {
             return;
         };
         assert!(early, "{mode:?}: the consumer waited on the host");
         // Forced host round trips: the consumer stays pending until the
         // producer's completion reaches the host.
-        let Some(early) = producer_consumer(false, mode) else {
+        let Some(early) = producer_consumer(false, mode, false) else {
             return;
         };
         assert!(!early, "{mode:?}: a device wait with the shortcut off");
+        // A producer failed on the host after its consumer was issued on
+        // the device: the consumer's signal fails with the same error.
+        let Some(early) = producer_consumer(true, mode, true) else {
+            return;
+        };
+        assert!(early, "{mode:?}: the consumer waited on the host");
     }
 }
 

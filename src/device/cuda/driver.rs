@@ -328,6 +328,13 @@ impl DeviceMem {
         };
         // SAFETY: `len` bytes at `ptr` were just allocated.
         check(unsafe { sys::cuMemsetD8_v2(ptr, 0, len) }, "cuMemsetD8")?;
+        // The memset may still run on the legacy stream, which fenceline's
+        // non-blocking streams do not wait for: finish it here.
+        // SAFETY: the null stream is always valid; the context is current.
+        check(
+            unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) },
+            "cuStreamSynchronize",
+        )?;
         Ok(mem)
     }
 
