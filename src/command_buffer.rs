@@ -298,7 +298,7 @@ impl CommandBuffer {
     ///
     /// Errors: `FailedPrecondition` on a CUDA device's command buffer (a
     /// CPU closure cannot run there: record a kernel
-    /// [`launch`](Self::launch)).
+    /// `launch`, feature `cuda`).
     pub fn dispatch<F>(&mut self, grid: [u32; 3], f: F) -> Result<(), Error>
     where
         F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,

@@ -4,7 +4,7 @@
 //! A [`Device`] owns one [`PendingQueue`] per queue. On the CPU device
 //! each submission runs as a task DAG built in pool memory on the device's
 //! executor; on the CUDA device it is issued to the queue's stream (see
-//! [`cuda`]). [`Queue::execute`] submits command buffers gated by
+//! the `cuda` module, feature `cuda`). [`Queue::execute`] submits command buffers gated by
 //! semaphores the same way on both.
 
 mod buffer;

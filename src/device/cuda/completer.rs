@@ -26,15 +26,20 @@ use crate::device::Work;
 use crate::error::Error;
 use crate::queue::{Completion, CompletionStack};
 
-/// Which completion path a CUDA queue uses (see the [module docs](self)).
+/// Which completion path a CUDA queue uses. Neither makes a CUDA call
+/// inside a CUDA callback; both complete actions (signals, frees, host
+/// calls) on the queue's own completion thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CompletionMode {
-    /// A `cuLaunchHostFunc` callback per action hands it to the queue's
-    /// completion thread (atomics only inside the callback).
+    /// After each action's work, `cuLaunchHostFunc` enqueues a callback
+    /// that only pushes the action on a lock-free stack and unparks the
+    /// completion thread (atomics and a futex wake). One more driver call
+    /// per action; the completion thread sleeps while nothing completes.
     #[default]
     HostFunction,
-    /// The completion thread synchronizes on each action's event, in issue
-    /// order.
+    /// The completion thread takes actions in issue order and
+    /// `cuEventSynchronize`s the event recorded after each one's work (how
+    /// it waits, spin or block, follows the context's scheduling flags).
     EventThread,
 }
 
