@@ -2,8 +2,9 @@
 //!
 //! - `execute_host_cost`: host time per `Queue::execute` of a command
 //!   buffer holding one empty kernel (one `cuGraphLaunch` plus fenceline's
-//!   queue, event and completion work) vs a raw `cuLaunchKernel` of the
-//!   same kernel on a stream through cudarc. Both sync every 256 calls.
+//!   queue, event and completion work), with each completion path, vs a
+//!   raw `cuLaunchKernel` of the same kernel on a stream through cudarc.
+//!   All sync every 256 calls.
 //! - `chain_2queues`: latency of a 32-link semaphore chain alternating
 //!   between two queues, with the device-wait shortcut (each link waits on
 //!   the GPU) vs forced host round trips (`device_waits: false`).
@@ -104,30 +105,41 @@ impl RawLaunch {
 }
 
 fn host_cost(c: &mut Criterion) {
-    let Some(d) = device(CudaConfig::default()) else {
-        return;
-    };
     let mut group = c.benchmark_group("execute_host_cost");
-    let cb = empty_cb(&d);
-    let q = d.queue(0).unwrap();
-    let s = Semaphore::new(0);
-    let mut n = 0u64;
-    group.bench_function("fenceline_execute", |b| {
-        b.iter_custom(|iters| {
-            let mut host = Duration::ZERO;
-            for i in 0..iters {
-                let t = Instant::now();
-                q.execute(&[], &[(&s, n + 1)], &[&cb]).unwrap();
-                host += t.elapsed();
-                n += 1;
-                if i % 256 == 255 {
-                    s.wait(n, LONG).unwrap();
+    for (name, completion) in [
+        ("fenceline_execute", CompletionMode::HostFunction),
+        (
+            "fenceline_execute_event_thread",
+            CompletionMode::EventThread,
+        ),
+    ] {
+        let Some(d) = device(CudaConfig {
+            completion,
+            ..Default::default()
+        }) else {
+            return;
+        };
+        let cb = empty_cb(&d);
+        let q = d.queue(0).unwrap();
+        let s = Semaphore::new(0);
+        let mut n = 0u64;
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut host = Duration::ZERO;
+                for i in 0..iters {
+                    let t = Instant::now();
+                    q.execute(&[], &[(&s, n + 1)], &[&cb]).unwrap();
+                    host += t.elapsed();
+                    n += 1;
+                    if i % 256 == 255 {
+                        s.wait(n, LONG).unwrap();
+                    }
                 }
-            }
-            s.wait(n, LONG).unwrap();
-            host
-        })
-    });
+                s.wait(n, LONG).unwrap();
+                host
+            })
+        });
+    }
     let raw = RawLaunch::new();
     group.bench_function("raw_cudarc_launch", |b| {
         b.iter_custom(|iters| {
