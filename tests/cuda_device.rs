@@ -319,8 +319,9 @@ fn producer_consumer(
         return Some(issued_early);
     }
     c.wait(1, LONG).unwrap();
-    assert_eq!(p.query().unwrap(), 1);
-    assert_eq!(CONSUMER_RUNS.load(Ordering::SeqCst), 1);
+    let case = format!("{completion:?}, device_waits {device_waits}");
+    assert_eq!(p.query().unwrap(), 1, "{case}");
+    assert_eq!(CONSUMER_RUNS.load(Ordering::SeqCst), 1, "{case}");
     assert_eq!(
         CONSUMER_SAW_PRODUCER.load(Ordering::SeqCst),
         1,
@@ -373,9 +374,11 @@ fn events_are_reused_over_10k_submissions() {
         }
     }
     s.wait(10_000, LONG).unwrap();
-    // Most links waited on the GPU, each on a pooled event...
+    // Links waited on the GPU (how many depends on timing: a link whose
+    // producer already completed waits on nothing), each on a pooled
+    // event: far more than the pool holds...
     assert!(
-        d.device_waits_issued() > 5_000,
+        d.device_waits_issued() > 2 * 64,
         "only {} device waits",
         d.device_waits_issued()
     );

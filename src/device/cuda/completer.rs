@@ -190,11 +190,15 @@ fn finish(shared: &CompleterShared, stream: &Stream, mut work: Completion<CudaBa
         }
     }
     if result.is_ok() && work.device_waits().next().is_some() {
-        // A wait met on the device by a semaphore that failed since (its
-        // producer's work ran but failed on the host) fails this action.
+        // Waits met on the device: this action's work ran after its
+        // producers' on the GPU, but their completions may not have reached
+        // the host yet (another queue's thread). Their device records
+        // promise those values, so reach them now: whoever waits on this
+        // action's signals then sees its waits reached too. A producer
+        // that failed on the host since fails this action.
         result = work
             .waits()
-            .find_map(|(s, _)| s.query().err())
+            .find_map(|(s, v)| s.signal_at_least(v).err())
             .map_or(Ok(()), Err);
     }
     // A dependent that waited on this action on the GPU may have completed
