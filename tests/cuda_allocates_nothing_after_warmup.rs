@@ -61,7 +61,7 @@ fn execute_allocates_nothing() {
                     .unwrap();
                 if i % 64 == 63 || i + 1 == to {
                     let long = Duration::from_secs(10);
-                    fenceline::wait_all(&[(&done[0], i / 2 + 1), (&done[1], (i + 1) / 2)], long)
+                    fenceline::wait_all(&[(&done[0], i / 2 + 1), (&done[1], i.div_ceil(2))], long)
                         .unwrap();
                 }
             }
