@@ -48,6 +48,13 @@
 //! `CUDA_ERROR_INVALID_HANDLE`, not counted) are told apart. Other errors (bad
 //! arguments, unsupported cases) print `fenceline-cudasim: error: MESSAGE`.
 //!
+//! # Injected faults
+//! `fenceline_sim_inject_fault(code)` simulates a sticky error (a faulting
+//! kernel): from then on every driver call returns `code`, streams run no
+//! more queued work (host functions included; work already running
+//! finishes), and waits on streams and events return `code`. It lasts for
+//! the life of the process.
+//!
 //! # Environment
 //! `FENCELINE_SIM_INIT_ERROR=1` makes `cuInit` fail with
 //! `CUDA_ERROR_NO_DEVICE`; `FENCELINE_SIM_DEVICES=n` sets the device count.
@@ -146,6 +153,9 @@ fn call(name: &str, needs_init: bool, body: impl FnOnce() -> SimResult) -> CUres
             let msg = format!("{name} called from inside a cuLaunchHostFunc host function");
             return Err(misuse::misuse(CUDA_ERROR_NOT_PERMITTED, msg));
         }
+        if let Some(code) = fault() {
+            return Err(code);
+        }
         if needs_init && !context::initialized() {
             return fail!(
                 CUDA_ERROR_NOT_INITIALIZED,
@@ -158,6 +168,27 @@ fn call(name: &str, needs_init: bool, body: impl FnOnce() -> SimResult) -> CUres
         Ok(()) => CUDA_SUCCESS,
         Err(code) => code,
     }
+}
+
+/// The sticky error injected by [`fenceline_sim_inject_fault`], if any.
+static FAULT: std::sync::OnceLock<CUresult> = std::sync::OnceLock::new();
+
+/// The injected sticky error, if any.
+pub(crate) fn fault() -> Option<CUresult> {
+    FAULT.get().copied()
+}
+
+/// Simulates a sticky error with `code` (see the crate docs); returns
+/// `CUDA_SUCCESS`, or the code already injected.
+#[no_mangle]
+pub extern "C" fn fenceline_sim_inject_fault(code: CUresult) -> CUresult {
+    guarded("fenceline_sim_inject_fault", CUDA_ERROR_UNKNOWN, || {
+        misuse::report(format_args!("error: injected sticky fault {code:?}"));
+        match FAULT.set(code) {
+            Ok(()) => CUDA_SUCCESS,
+            Err(_) => fault().unwrap_or(CUDA_ERROR_UNKNOWN),
+        }
+    })
 }
 
 /// An out-parameter of a driver call, checked non-null before anything is

@@ -4,13 +4,13 @@
 use crate::context::require_context;
 use crate::misuse::{error, lock, misuse};
 use crate::state::{handle, id_of, state};
-use crate::{api, guarded, InHostFn, Out, SimResult};
+use crate::{api, fault, guarded, InHostFn, Out, SimResult};
 use cudarc::driver::sys::cudaError_enum::*;
 use cudarc::driver::sys::{CUevent, CUhostFn, CUresult, CUstream};
 use std::collections::BTreeSet;
 use std::ffi::{c_uint, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 
 /// Work queued on a stream. It reports its own failure (misuse or error)
 /// before returning the code, which the stream keeps for its next sync.
@@ -36,8 +36,12 @@ struct Counts {
     error: Option<CUresult>,
 }
 
+/// Waits on `cv`, waking at least every few milliseconds so that callers
+/// notice an injected fault.
 fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-    cv.wait(guard).unwrap_or_else(PoisonError::into_inner)
+    cv.wait_timeout(guard, std::time::Duration::from_millis(5))
+        .map(|(g, _)| g)
+        .unwrap_or_else(|p| p.into_inner().0)
 }
 
 impl Stream {
@@ -77,8 +81,11 @@ impl Stream {
     fn synchronize(&self) -> SimResult {
         let mut c = lock(&self.progress.counts);
         let target = c.submitted;
-        while c.done < target {
+        while c.done < target && fault().is_none() {
             c = wait(&self.progress.changed, c);
+        }
+        if let Some(code) = fault() {
+            return Err(code);
         }
         c.error.take().map_or(Ok(()), Err)
     }
@@ -96,8 +103,12 @@ impl Stream {
 /// A stream thread: runs ops in order until the queue is closed and drained.
 fn run(ops: mpsc::Receiver<Op>, progress: &Progress) {
     for op in ops {
-        let result = catch_unwind(AssertUnwindSafe(op))
-            .unwrap_or_else(|_| fail!(CUDA_ERROR_LAUNCH_FAILED, "a stream operation panicked"));
+        // After a sticky fault, queued work never runs.
+        let result = match fault() {
+            Some(code) => Err(code),
+            None => catch_unwind(AssertUnwindSafe(op))
+                .unwrap_or_else(|_| fail!(CUDA_ERROR_LAUNCH_FAILED, "a stream operation panicked")),
+        };
         let mut c = lock(&progress.counts);
         c.done += 1;
         if let Err(e) = result {
@@ -168,11 +179,13 @@ impl Event {
         !lock(&self.epochs).pending.contains(&epoch)
     }
 
-    fn wait(&self, epoch: u64) {
+    /// Waits until `epoch` completes; the injected fault, if any.
+    fn wait(&self, epoch: u64) -> SimResult {
         let mut e = lock(&self.epochs);
-        while e.pending.contains(&epoch) {
+        while e.pending.contains(&epoch) && fault().is_none() {
             e = wait(&self.changed, e);
         }
+        fault().map_or(Ok(()), Err)
     }
 }
 
@@ -244,10 +257,7 @@ pub extern "C" fn cuStreamWaitEvent(
                 format!("{CALL}: event {id:#x} was never recorded (the real driver would not wait at all)"),
             ));
         }
-        s.enqueue(Box::new(move || {
-            ev.wait(epoch);
-            Ok(())
-        }))
+        s.enqueue(Box::new(move || ev.wait(epoch)))
     })
 }
 
@@ -315,8 +325,7 @@ pub extern "C" fn cuEventQuery(hEvent: CUevent) -> CUresult {
 pub extern "C" fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
     api("cuEventSynchronize", || {
         let ev = event(hEvent, "cuEventSynchronize")?;
-        ev.wait(ev.latest());
-        Ok(())
+        ev.wait(ev.latest())
     })
 }
 

@@ -1,61 +1,87 @@
-//! loom model of the CUDA device's completion hand-off
-//! (`src/device/cuda/completer.rs`), on the testing backend: a "driver
-//! callback" thread pushes issued actions on a `CompletionStack` and
-//! unparks the completion thread, which drains the stack, completes, and
-//! parks when it finds it empty. Every action completes exactly once, in
-//! order, and no wake-up is lost (a lost one deadlocks the model).
+//! loom model of the CUDA device's `HostFunction` completion path
+//! (`src/device/cuda/completer.rs`), on the testing backend: the issuer
+//! enqueues a callback for each issued action ("launch") and then pushes
+//! the action on a `CompletionStack`; the "driver" runs callbacks in order,
+//! each only counting and unparking the completion thread; the completion
+//! thread moves pushed actions to its FIFO and completes as many as were
+//! counted, treating a count that arrives before its push as credit.
+//! Every action completes exactly once, in order, and no wake-up is lost
+//! (a lost one deadlocks the model).
 #![cfg(loom)]
 
 use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::{CompletionStack, PendingQueue};
 use fenceline::Semaphore;
-use loom::sync::atomic::{AtomicUsize, Ordering};
-use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::sync::{Arc, Notify};
 use loom::thread;
 
 #[test]
-fn callback_to_completion_thread_hand_off_loses_nothing() {
+fn counted_callbacks_complete_pushed_actions_in_order() {
     loom::model(|| {
         let q = Arc::new(PendingQueue::new(TestingBackend::new(false)).unwrap());
         let stack = Arc::new(CompletionStack::<TestingBackend>::default());
-        let completed = Arc::new(AtomicUsize::new(0));
-        let s = Semaphore::new(0);
-        // The chain: 1 signals s=1, 2 waits on it and signals s=2.
-        q.submit(&[], &[(&s, 1)], 1).unwrap();
-        q.submit(&[(&s, 1)], &[(&s, 2)], 2).unwrap();
+        let launched = Arc::new(AtomicU64::new(0));
+        let reached = Arc::new(AtomicU64::new(0));
+        let launch = Arc::new(Notify::new());
+        let (a, b) = (Semaphore::new(0), Semaphore::new(0));
+        // Both issued at once (the testing backend holds them).
+        q.submit(&[], &[(&a, 1)], 1).unwrap();
+        q.submit(&[], &[(&b, 1)], 2).unwrap();
 
         let completer = {
-            let (stack, completed) = (stack.clone(), completed.clone());
+            let (stack, reached) = (stack.clone(), reached.clone());
             thread::spawn(move || {
-                while completed.load(Ordering::Acquire) < 2 {
-                    let mut any = false;
-                    for work in stack.take_all() {
-                        any = true;
+                let mut fifo = stack.take_all();
+                let mut counted = 0;
+                while counted < 2 {
+                    fifo.append(stack.take_all());
+                    let r = reached.load(Ordering::Acquire);
+                    let mut progressed = false;
+                    while counted < r {
+                        let Some(work) = fifo.next() else { break };
                         work.complete(Ok(()));
-                        completed.fetch_add(1, Ordering::Release);
+                        counted += 1;
+                        progressed = true;
                     }
-                    if !any {
-                        thread::park();
+                    if progressed || counted == 2 {
+                        continue;
                     }
+                    if fifo.is_empty() && r > counted {
+                        // Counted before pushed: the push is imminent.
+                        thread::yield_now();
+                        continue;
+                    }
+                    thread::park();
                 }
             })
         };
         let wake = completer.thread().clone();
-        // The "callback": hands each issued action over as the stream
-        // reaches it. Action 2 is issued only when action 1 completed.
-        let mut handed = 0;
-        while handed < 2 {
-            match q.backend().take_next() {
-                Some(work) => {
-                    stack.push(work);
-                    wake.unpark();
-                    handed += 1;
+        // The "driver": runs each launched callback, in order.
+        let driver = {
+            let (launched, reached, launch) = (launched.clone(), reached.clone(), launch.clone());
+            thread::spawn(move || {
+                let mut ran = 0;
+                while ran < 2 {
+                    if launched.load(Ordering::Acquire) > ran {
+                        reached.fetch_add(1, Ordering::Release);
+                        wake.unpark();
+                        ran += 1;
+                    } else {
+                        launch.wait();
+                    }
                 }
-                None => thread::yield_now(),
-            }
+            })
+        };
+        // The issuer: launch the callback, then push (no wake of its own).
+        while let Some(work) = q.backend().take_next() {
+            launched.fetch_add(1, Ordering::Release);
+            launch.notify();
+            stack.push(work);
         }
+        driver.join().unwrap();
         completer.join().unwrap();
-        assert_eq!(s.query().unwrap(), 2);
+        assert_eq!((a.query().unwrap(), b.query().unwrap()), (1, 1));
         assert_eq!(q.backend().issued_log(), [1, 2]);
         assert!(stack.is_empty());
     });

@@ -103,20 +103,12 @@ impl<B: Backend> Completion<B> {
         })
     }
 
-    /// The token as one pointer, for a driver callback's user data. Nothing
-    /// is completed or freed; [`from_raw`](Self::from_raw) takes it back.
-    pub fn into_raw(self) -> *mut () {
-        let action = self.action;
-        std::mem::forget(self);
-        action.as_ptr().cast()
-    }
-
-    /// Takes back a token given out by [`into_raw`](Self::into_raw).
+    /// The token of an issued action, rebuilt from the action.
     ///
     /// # Safety
-    /// `raw` came from `into_raw` of a `Completion<B>` (same `B`) and is
-    /// taken back once.
-    pub unsafe fn from_raw(raw: *mut ()) -> Completion<B> {
+    /// `raw` is an issued action of a `PendingQueue<B>` whose token was
+    /// forgotten (see [`CompletionStack::push`]); taken back once.
+    unsafe fn from_raw(raw: *mut ()) -> Completion<B> {
         let action = raw.cast::<QueueAction<B::Payload>>();
         // SAFETY: per contract, a live issued action; its owner is the
         // queue's shared state, which outlives it.
@@ -217,9 +209,35 @@ impl<B: Backend> CompletionStack<B> {
     }
 }
 
-/// Actions taken from a [`CompletionStack`], oldest first.
+/// Actions taken from a [`CompletionStack`], oldest first: an iterator,
+/// and a FIFO a backend can keep and [`append`](Self::append) to.
 pub struct Completions<B: Backend> {
     list: SList<QueueAction<B::Payload>>,
+}
+
+impl<B: Backend> Completions<B> {
+    /// Adds `more` (taken later) behind these.
+    pub fn append(&mut self, mut more: Completions<B>) {
+        self.list.append(&mut more.list);
+    }
+
+    /// Actions not yet yielded.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether every action was yielded.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
+impl<B: Backend> fmt::Debug for Completions<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Completions")
+            .field("len", &self.len())
+            .finish()
+    }
 }
 
 impl<B: Backend> Iterator for Completions<B> {

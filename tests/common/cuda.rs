@@ -167,3 +167,14 @@ extern "C" fn sim_count(grid: *const u32, block: *const u32, params: *const *con
 pub fn register_test_kernels() {
     register_kernel("fenceline_count", &[8], sim_count);
 }
+
+/// Makes the simulated driver fail stickily with `code` from now on, for
+/// the rest of the process (false on a real driver).
+pub fn inject_fault(code: cudarc::driver::sys::CUresult) -> bool {
+    type Inject = unsafe extern "C" fn(cudarc::driver::sys::CUresult) -> i32;
+    match sim_fn::<Inject>("fenceline_sim_inject_fault") {
+        // SAFETY: a plain setter.
+        Some(f) => unsafe { f(code) == 0 },
+        None => false,
+    }
+}

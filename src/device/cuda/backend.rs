@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
-use super::completer::{Completer, CompleterShared, CompletionMode};
+use super::completer::{Completer, CompletionMode};
 use super::driver::{check, Event, Stream};
 use super::CudaShared;
 use crate::device::Work;
@@ -16,20 +16,14 @@ use crate::error::{Error, ErrorKind};
 use crate::queue::{Backend, Completion};
 use crate::semaphore::{AnyEvent, EventHandle, Semaphore};
 
-/// A CUDA action's payload: its work, the event recorded after it, and
-/// the completer that finishes it (for the stream callback).
+/// A CUDA action's payload: its work and the event recorded after it.
 pub(crate) struct CudaPayload {
     pub(crate) work: Work,
     pub(crate) event: Option<EventHandle<Event>>,
     /// Its signals were published as device signals: dependents may
     /// complete on the host before it.
     pub(crate) published: bool,
-    pub(crate) completer: *const CompleterShared,
 }
-
-// SAFETY: the completer pointer is only dereferenced while the completer
-// lives (see `on_stream_reached`); the rest is `Send`.
-unsafe impl Send for CudaPayload {}
 
 impl CudaPayload {
     pub(crate) fn new(work: Work) -> CudaPayload {
@@ -37,7 +31,6 @@ impl CudaPayload {
             work,
             event: None,
             published: false,
-            completer: std::ptr::null(),
         }
     }
 }
@@ -127,7 +120,6 @@ impl CudaBackend {
                 payload.published = publish;
             }
         }
-        work.payload_mut().completer = Arc::as_ptr(&self.completer.shared);
         Ok(())
     }
 }

@@ -1,30 +1,38 @@
 //! How a CUDA queue learns that issued work finished, without any CUDA
 //! call inside a CUDA callback (defect 5 of the seed). One small type,
-//! [`Completer`], two designs behind [`CompletionMode`]:
+//! [`Completer`], two designs behind [`CompletionMode`].
 //!
-//! - `HostFunction`: after each action's work, `cuLaunchHostFunc` enqueues
-//!   [`on_stream_reached`], which only pushes the action on a lock-free
-//!   stack and unparks the queue's completion thread (atomics and a futex
-//!   wake; no CUDA call, no lock, no allocation). That thread runs host
-//!   calls and completes actions (signals, frees), where CUDA calls are
-//!   allowed.
-//! - `EventThread`: issue pushes the action (with the event recorded after
-//!   its work) on the same stack; the completion thread takes them in
-//!   issue order and `cuEventSynchronize`s each event before completing.
+//! Either way the issuer pushes each issued action, in stream order, on a
+//! lock-free [`CompletionStack`]; the queue's completion thread moves them
+//! to its own FIFO and completes them (signals, frees, runs host calls)
+//! once the stream is past them:
+//!
+//! - `HostFunction`: each action is followed on the stream by a
+//!   `cuLaunchHostFunc` of [`on_stream_reached`], which only counts (one
+//!   atomic add) and unparks the completion thread. The callback never sees
+//!   an action: the n-th callback completes the n-th action of the FIFO (a
+//!   stream runs its host functions in order). The thread also wakes every
+//!   [`HEALTH_CHECK`] (idle or not) and, with actions outstanding and no
+//!   callback since, queries the stream: after a sticky error (a faulting
+//!   kernel) the driver runs no more callbacks, and the outstanding actions
+//!   fail with that error instead of waiting forever.
+//! - `EventThread`: the completion thread `cuEventSynchronize`s the event
+//!   recorded after each action's work, in FIFO order.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
+use std::time::Duration;
 
 use crossbeam_utils::sync::{Parker, Unparker};
-use cudarc::driver::sys;
+use cudarc::driver::sys::{self, CUresult};
 
 use super::backend::CudaBackend;
 use super::driver::{check, Context, Stream};
 use crate::device::Work;
-use crate::error::Error;
-use crate::queue::{Completion, CompletionStack};
+use crate::error::{Error, ErrorKind};
+use crate::queue::{Completion, CompletionStack, Completions};
 
 /// Which completion path a CUDA queue uses. Neither makes a CUDA call
 /// inside a CUDA callback; both complete actions (signals, frees, host
@@ -32,9 +40,9 @@ use crate::queue::{Completion, CompletionStack};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CompletionMode {
     /// After each action's work, `cuLaunchHostFunc` enqueues a callback
-    /// that only pushes the action on a lock-free stack and unparks the
-    /// completion thread (atomics and a futex wake). One more driver call
-    /// per action; the completion thread sleeps while nothing completes.
+    /// that only counts and unparks the completion thread (an atomic add
+    /// and a futex wake). One more driver call per action; the completion
+    /// thread sleeps while nothing completes.
     #[default]
     HostFunction,
     /// The completion thread takes actions in issue order and
@@ -43,9 +51,16 @@ pub enum CompletionMode {
     EventThread,
 }
 
+/// How often a completion thread with outstanding `HostFunction` work
+/// checks its stream for a sticky error.
+pub(crate) const HEALTH_CHECK: Duration = Duration::from_millis(100);
+
 /// State the completion thread, the issuer and the stream callbacks share.
 pub(crate) struct CompleterShared {
-    pub(crate) done: CompletionStack<CudaBackend>,
+    /// Issued actions, in stream order (issuer to completion thread).
+    issued: CompletionStack<CudaBackend>,
+    /// `HostFunction`: callbacks run so far.
+    reached: AtomicU64,
     unparker: Unparker,
     stop: AtomicBool,
     pub(crate) mode: CompletionMode,
@@ -67,7 +82,8 @@ impl Completer {
     ) -> Result<Completer, Error> {
         let parker = Parker::new();
         let shared = Arc::new(CompleterShared {
-            done: CompletionStack::default(),
+            issued: CompletionStack::default(),
+            reached: AtomicU64::new(0),
             unparker: parker.unparker().clone(),
             stop: AtomicBool::new(false),
             mode,
@@ -78,7 +94,7 @@ impl Completer {
             .spawn(move || run(&s, &ctx, &stream, &parker))
             .map_err(|e| {
                 Error::new(
-                    crate::error::ErrorKind::ResourceExhausted,
+                    ErrorKind::ResourceExhausted,
                     format!("spawning a CUDA completion thread: {e}"),
                 )
             })?;
@@ -91,26 +107,26 @@ impl Completer {
     }
 
     /// Hands an action whose work is on the stream to the completion path.
+    /// The caller is the queue's issuer (one at a time, in stream order)
+    /// with the context current.
     pub(crate) fn submit(&self, stream: &Stream, work: Completion<CudaBackend>) {
-        match self.shared.mode {
-            CompletionMode::HostFunction => {
-                let raw = work.into_raw();
-                // SAFETY: a live stream, the context is current (the
-                // issuer entered it); `raw` is taken back exactly once, by
-                // the callback or below if the launch failed.
-                let r = unsafe {
-                    sys::cuLaunchHostFunc(stream.raw, Some(on_stream_reached), raw.cast())
-                };
-                if let Err(e) = check(r, "cuLaunchHostFunc") {
-                    // SAFETY: the callback was not enqueued; take it back.
-                    let work = unsafe { Completion::<CudaBackend>::from_raw(raw) };
-                    work.complete(Err(e));
-                }
+        if self.shared.mode == CompletionMode::HostFunction {
+            let shared = Arc::as_ptr(&self.shared).cast_mut().cast::<c_void>();
+            // SAFETY: a live stream, the context is current; the callback
+            // only reads `shared`, which outlives every callback (the
+            // backend synchronizes its stream before dropping us).
+            let r = unsafe { sys::cuLaunchHostFunc(stream.raw, Some(on_stream_reached), shared) };
+            if let Err(e) = check(r, "cuLaunchHostFunc") {
+                // No callback will count this action: it is not pushed.
+                return work.complete(Err(e));
             }
-            CompletionMode::EventThread => {
-                self.shared.done.push(work);
-                self.shared.unparker.unpark();
-            }
+            // Pushed after its callback was enqueued: a callback may count
+            // before the push; the completion thread treats the count as
+            // credit for the next actions to arrive.
+        }
+        self.shared.issued.push(work);
+        if self.shared.mode == CompletionMode::EventThread {
+            self.shared.unparker.unpark();
         }
     }
 }
@@ -129,21 +145,19 @@ impl Drop for Completer {
     }
 }
 
-/// The `cuLaunchHostFunc` callback: atomics and a wake only.
+/// The `cuLaunchHostFunc` callback: one atomic add and a wake.
 ///
 /// # Safety
-/// `user` is a `Completion<CudaBackend>` from `into_raw` whose payload's
-/// completer outlives it (the completion thread is joined only after
-/// every action completed).
+/// `user` is a live `CompleterShared` (see `Completer::submit`).
 unsafe extern "C" fn on_stream_reached(user: *mut c_void) {
     // SAFETY: per contract.
-    let work = unsafe { Completion::<CudaBackend>::from_raw(user.cast()) };
-    let completer = work.payload().completer;
-    // SAFETY: the completer lives while this action is not completed;
-    // clone the unparker first: once pushed, the action may complete and
-    // the device drop, so only the clone is used after the push.
-    let (unparker, done) = unsafe { ((*completer).unparker.clone(), &(*completer).done) };
-    done.push(work);
+    let shared = unsafe { &*user.cast_const().cast::<CompleterShared>() };
+    // The wake goes through a clone: once counted, the last action may
+    // complete and its device drop before this callback returns.
+    let unparker = shared.unparker.clone();
+    // Release: the completion thread that reads the count (Acquire) sees
+    // the stream's work as done.
+    shared.reached.fetch_add(1, Ordering::Release);
     unparker.unpark();
 }
 
@@ -151,18 +165,74 @@ unsafe extern "C" fn on_stream_reached(user: *mut c_void) {
 fn run(shared: &CompleterShared, ctx: &Context, stream: &Stream, parker: &Parker) {
     // Our own thread: the context stays current for its life.
     let _ = ctx.set_current();
+    let mut fifo: Completions<CudaBackend> = shared.issued.take_all();
+    // `HostFunction`: callbacks already matched to completed actions.
+    let mut counted = 0u64;
     loop {
-        let mut any = false;
-        for work in shared.done.take_all() {
-            any = true;
-            finish(shared, stream, work);
+        fifo.append(shared.issued.take_all());
+        let mut progressed = false;
+        match shared.mode {
+            CompletionMode::HostFunction => {
+                let reached = shared.reached.load(Ordering::Acquire);
+                while counted < reached {
+                    let Some(work) = fifo.next() else { break };
+                    counted += 1;
+                    progressed = true;
+                    finish(shared, stream, work);
+                }
+            }
+            CompletionMode::EventThread => {
+                for work in fifo.by_ref() {
+                    progressed = true;
+                    finish(shared, stream, work);
+                }
+            }
         }
-        if !any {
-            if shared.stop.load(Ordering::Acquire) && shared.done.is_empty() {
+        if progressed {
+            continue;
+        }
+        if shared.mode == CompletionMode::HostFunction
+            && fifo.is_empty()
+            && shared.reached.load(Ordering::Acquire) > counted
+        {
+            // Counted before its action was pushed: the issuer pushes right
+            // after enqueueing the callback, without a wake. Look again soon.
+            parker.park_timeout(Duration::from_micros(20));
+            continue;
+        }
+        if fifo.is_empty() {
+            if shared.stop.load(Ordering::Acquire) && shared.issued.is_empty() {
                 return;
             }
-            parker.park();
+            match shared.mode {
+                CompletionMode::EventThread => parker.park(),
+                // An action pushed after our look is woken for by its
+                // callback, which never comes after a sticky error: never
+                // sleep for good here.
+                CompletionMode::HostFunction => parker.park_timeout(HEALTH_CHECK),
+            }
+        } else {
+            parker.park_timeout(HEALTH_CHECK);
+            if shared.reached.load(Ordering::Acquire) == counted {
+                fail_if_faulted(stream, &mut fifo);
+            }
         }
+    }
+}
+
+/// After a sticky error no callback runs again: fail what is outstanding.
+fn fail_if_faulted(stream: &Stream, fifo: &mut Completions<CudaBackend>) {
+    // SAFETY: a live stream (the context is current on this thread).
+    let r = unsafe { sys::cuStreamQuery(stream.raw) };
+    if r == CUresult::CUDA_SUCCESS || r == CUresult::CUDA_ERROR_NOT_READY {
+        return;
+    }
+    let e = Error::new(
+        ErrorKind::Aborted,
+        format!("the CUDA stream failed before this work completed: {r:?}"),
+    );
+    for work in fifo.by_ref() {
+        work.complete(Err(e.clone()));
     }
 }
 
@@ -202,7 +272,7 @@ fn finish(shared: &CompleterShared, stream: &Stream, mut work: Completion<CudaBa
             .map_or(Ok(()), Err);
     }
     // A dependent that waited on this action on the GPU may have completed
-    // first and signalled past our values: that is not an error here.
+    // first and reached our values: that is not an error here.
     // The payload's event goes back to the pool with the action.
     if work.payload().published {
         work.complete_reached_ok(result);

@@ -27,6 +27,7 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
+    "cuStreamQuery",
     "cuStreamWaitEvent",
     "cuLaunchHostFunc",
     "cuEventCreate",
