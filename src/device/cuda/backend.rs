@@ -68,9 +68,9 @@ impl CudaBackend {
                 Error::new(ErrorKind::Internal, "device wait on another device's event")
             })?;
             // SAFETY: a live stream and a live event whose record was
-            // issued before it was published on the semaphore (see
-            // `record_signals`); our reference keeps it from being reused
-            // until this call has captured that record.
+            // issued before it was published on the semaphore (below, in
+            // the producer's `enqueue`); our reference keeps it from being
+            // reused until this call has captured that record.
             check(
                 unsafe { sys::cuStreamWaitEvent(stream, event.raw, 0) },
                 "cuStreamWaitEvent",

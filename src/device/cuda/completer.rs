@@ -8,8 +8,8 @@
 //! once the stream is past them:
 //!
 //! - `HostFunction`: each action is followed on the stream by a
-//!   `cuLaunchHostFunc` of [`on_stream_reached`], which only counts (one
-//!   atomic add) and unparks the completion thread. The callback never sees
+//!   `cuLaunchHostFunc` of [`on_stream_reached`], which only counts and
+//!   unparks the completion thread (atomics and a futex wake). The callback never sees
 //!   an action: the n-th callback completes the n-th action of the FIFO (a
 //!   stream runs its host functions in order). The thread also wakes every
 //!   [`HEALTH_CHECK`] (idle or not) and, with actions outstanding and no
@@ -40,9 +40,10 @@ use crate::queue::{Completion, CompletionStack, Completions};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CompletionMode {
     /// After each action's work, `cuLaunchHostFunc` enqueues a callback
-    /// that only counts and unparks the completion thread (an atomic add
-    /// and a futex wake). One more driver call per action; the completion
-    /// thread sleeps while nothing completes.
+    /// that only counts and unparks the completion thread (atomics and a
+    /// futex wake). One more driver call per action; the completion thread
+    /// sleeps while nothing completes (waking every 100 ms to check its
+    /// stream for a sticky error).
     #[default]
     HostFunction,
     /// The completion thread takes actions in issue order and
@@ -111,12 +112,17 @@ impl Completer {
     /// with the context current.
     pub(crate) fn submit(&self, stream: &Stream, work: Completion<CudaBackend>) {
         if self.shared.mode == CompletionMode::HostFunction {
-            let shared = Arc::as_ptr(&self.shared).cast_mut().cast::<c_void>();
-            // SAFETY: a live stream, the context is current; the callback
-            // only reads `shared`, which outlives every callback (the
-            // backend synchronizes its stream before dropping us).
-            let r = unsafe { sys::cuLaunchHostFunc(stream.raw, Some(on_stream_reached), shared) };
+            // Each callback owns a reference, so the state it counts in
+            // outlives it whatever the driver does.
+            let user = Arc::into_raw(self.shared.clone())
+                .cast_mut()
+                .cast::<c_void>();
+            // SAFETY: a live stream, the context is current; `user` is
+            // taken back once, by the callback (or below).
+            let r = unsafe { sys::cuLaunchHostFunc(stream.raw, Some(on_stream_reached), user) };
             if let Err(e) = check(r, "cuLaunchHostFunc") {
+                // SAFETY: not enqueued: the reference is still ours.
+                drop(unsafe { Arc::from_raw(user.cast_const().cast::<CompleterShared>()) });
                 // No callback will count this action: it is not pushed.
                 return work.complete(Err(e));
             }
@@ -145,20 +151,22 @@ impl Drop for Completer {
     }
 }
 
-/// The `cuLaunchHostFunc` callback: one atomic add and a wake.
+/// The `cuLaunchHostFunc` callback: counts, wakes, and drops its
+/// reference (atomics and a futex wake; never a CUDA call).
 ///
 /// # Safety
-/// `user` is a live `CompleterShared` (see `Completer::submit`).
+/// `user` is a reference to a `CompleterShared` from `Arc::into_raw`, owned
+/// by this callback (see `Completer::submit`).
 unsafe extern "C" fn on_stream_reached(user: *mut c_void) {
     // SAFETY: per contract.
-    let shared = unsafe { &*user.cast_const().cast::<CompleterShared>() };
-    // The wake goes through a clone: once counted, the last action may
-    // complete and its device drop before this callback returns.
-    let unparker = shared.unparker.clone();
+    let shared = unsafe { Arc::from_raw(user.cast_const().cast::<CompleterShared>()) };
     // Release: the completion thread that reads the count (Acquire) sees
     // the stream's work as done.
     shared.reached.fetch_add(1, Ordering::Release);
-    unparker.unpark();
+    shared.unparker.unpark();
+    // If this is the last reference (device gone), dropping frees plain
+    // memory only: every action was completed before the device dropped.
+    drop(shared);
 }
 
 /// The completion thread.
