@@ -478,3 +478,27 @@ fn signal_error(value: u64, current: u64) -> Error {
 }
 
 static_assertions::assert_impl_all!(Semaphore: Send, Sync, Clone);
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    #[test]
+    fn signal_at_least_treats_a_reached_value_as_done() {
+        let s = Semaphore::new(0);
+        s.signal_at_least(3).unwrap();
+        assert_eq!(s.query().unwrap(), 3);
+        // Reached or passed: nothing changes, no error (`signal` errs).
+        s.signal_at_least(3).unwrap();
+        s.signal_at_least(2).unwrap();
+        assert_eq!(s.signal(2).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(s.query().unwrap(), 3);
+        s.signal_at_least(5).unwrap();
+        assert_eq!(s.query().unwrap(), 5);
+        // Still not past the reserved failure value, and a failure wins.
+        assert!(s.signal_at_least(u64::MAX).is_err());
+        s.fail(Error::new(ErrorKind::Aborted, "gone"));
+        assert_eq!(s.signal_at_least(1).unwrap_err().kind(), ErrorKind::Aborted);
+    }
+}
