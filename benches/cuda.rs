@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use cudarc::driver::sys;
-use fenceline::{CommandBuffer, CompletionMode, CudaConfig, Device, Semaphore};
+use fenceline::{CommandBuffer, CompletionMode, CudaConfig, Device, Queue, Semaphore};
 
 #[path = "../tests/common/cuda.rs"]
 mod cuda;
@@ -45,6 +45,18 @@ fn empty_cb(d: &Device) -> CommandBuffer {
     cb.launch(&k, [1, 1, 1], [1, 1, 1], 0, &[]).unwrap();
     cb.end().unwrap();
     cb
+}
+
+/// A one-queue device with `completion`, a command buffer holding the
+/// empty kernel, and the queue.
+fn one_queue(completion: CompletionMode) -> Option<(Device, CommandBuffer, Queue)> {
+    let d = device(CudaConfig {
+        completion,
+        ..Default::default()
+    })?;
+    let cb = empty_cb(&d);
+    let q = d.queue(0).unwrap();
+    Some((d, cb, q))
 }
 
 /// The peer: a raw launch of the same kernel on a stream.
@@ -113,14 +125,9 @@ fn host_cost(c: &mut Criterion) {
             CompletionMode::EventThread,
         ),
     ] {
-        let Some(d) = device(CudaConfig {
-            completion,
-            ..Default::default()
-        }) else {
+        let Some((_device, cb, q)) = one_queue(completion) else {
             return;
         };
-        let cb = empty_cb(&d);
-        let q = d.queue(0).unwrap();
         let s = Semaphore::new(0);
         let mut n = 0u64;
         group.bench_function(name, |b| {
@@ -195,14 +202,9 @@ fn completion(c: &mut Criterion) {
         ("host_function", CompletionMode::HostFunction),
         ("event_thread", CompletionMode::EventThread),
     ] {
-        let Some(d) = device(CudaConfig {
-            completion,
-            ..Default::default()
-        }) else {
+        let Some((_device, cb, q)) = one_queue(completion) else {
             return;
         };
-        let cb = empty_cb(&d);
-        let q = d.queue(0).unwrap();
         let s = Semaphore::new(0);
         let mut n = 0u64;
         group.bench_function(name, |b| {

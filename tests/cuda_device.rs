@@ -49,6 +49,9 @@ fn no_driver_library_is_unavailable() {
     );
 }
 
+// Ignored on purpose: its check only means something in a child process
+// whose environment the parent test sets (no simulator preloaded); the
+// parent runs it with `--include-ignored` and asserts on its output.
 #[test]
 #[ignore = "run by no_driver_library_is_unavailable in a child process"]
 fn child_without_driver() {
@@ -84,6 +87,9 @@ fn failing_cu_init_is_unavailable() {
     assert!(out.contains("child checked"), "{out}");
 }
 
+// Ignored on purpose: it needs FENCELINE_SIM_INIT_ERROR set before the
+// simulator loads, which only a child process started by
+// `failing_cu_init_is_unavailable` has; the parent asserts on its output.
 #[test]
 #[ignore = "run by failing_cu_init_is_unavailable in a child process"]
 fn child_with_failing_init() {
