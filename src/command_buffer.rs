@@ -298,7 +298,8 @@ impl CommandBuffer {
     ///
     /// Errors: `FailedPrecondition` on a CUDA device's command buffer (a
     /// CPU closure cannot run there: record a kernel
-    /// `launch`, feature `cuda`).
+    /// `launch`, feature `cuda`); `InvalidArgument` if the grid's tile
+    /// count overflows `u64` (nothing is recorded).
     pub fn dispatch<F>(&mut self, grid: [u32; 3], f: F) -> Result<(), Error>
     where
         F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
@@ -310,6 +311,7 @@ impl CommandBuffer {
                 "dispatch of a CPU closure recorded for a CUDA device: record a kernel launch",
             ));
         }
+        crate::task::tile_count(grid)?;
         let f: TileFn = Arc::new(f);
         self.recording()?.push(Command::Dispatch { grid, f });
         Ok(())

@@ -21,7 +21,7 @@
 //! - [`Error`] and [`ErrorKind`].
 //!
 //! Every concurrent piece is written against `sync` (std or loom by
-//! `cfg(loom)`) and model-checked in `loom-tests/`.
+//! `cfg(fenceline_loom)`) and model-checked in `loom-tests/`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -35,6 +35,7 @@ pub mod queue;
 pub mod semaphore;
 mod sync;
 pub mod task;
+mod unwind;
 
 pub use command_buffer::CommandBuffer;
 pub use device::{Buffer, CpuConfig, Device, Queue};

@@ -2,7 +2,7 @@
 //!
 //! Every concurrent structure in the crate imports atomics, `UnsafeCell`,
 //! `Arc` and `thread` from here, never from `std` directly, so that the same
-//! code runs under the real std types and, with `RUSTFLAGS="--cfg loom"`,
+//! code runs under the real std types and, with `RUSTFLAGS="--cfg fenceline_loom"`,
 //! under [loom]'s model checker (the approach of tokio's `src/loom/`).
 //!
 //! [loom]: https://docs.rs/loom
@@ -11,7 +11,7 @@
 // yet built leaves some unused.
 #![allow(unused_imports, dead_code)]
 
-#[cfg(not(loom))]
+#[cfg(not(fenceline_loom))]
 mod imp {
     pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use std::thread;
@@ -63,7 +63,7 @@ mod imp {
     }
 }
 
-#[cfg(loom)]
+#[cfg(fenceline_loom)]
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
@@ -88,3 +88,53 @@ mod imp {
 
 #[allow(unused_imports)]
 pub(crate) use imp::*;
+
+/// A registry of the live addresses of states freed by hand (a queue's
+/// shared state, the executor's), for the model checker only.
+///
+/// A use-after-free is undefined behaviour that loom cannot see: its
+/// atomics keep working in freed memory. Under `cfg(fenceline_loom)` each
+/// such state records its address when made and removes it when freed, and
+/// every entry point that a thread may reach after handing an object over
+/// asserts the address is still live: a model in which the owner can be
+/// freed in between then fails instead of passing by luck. The check reads
+/// only the registry, never the (maybe freed) state. Without the cfg every
+/// function is an empty inline no-op.
+pub(crate) mod liveness {
+    #[cfg(fenceline_loom)]
+    static LIVE: std::sync::Mutex<std::collections::BTreeSet<usize>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+    #[cfg(fenceline_loom)]
+    fn live() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<usize>> {
+        LIVE.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `state` was just made.
+    #[inline(always)]
+    pub(crate) fn born<T>(state: *const T) {
+        #[cfg(fenceline_loom)]
+        live().insert(state as usize);
+        let _ = state;
+    }
+
+    /// `state` is being freed.
+    #[inline(always)]
+    pub(crate) fn died<T>(state: *const T) {
+        #[cfg(fenceline_loom)]
+        live().remove(&(state as usize));
+        let _ = state;
+    }
+
+    /// Panics (under the model checker) if `state` was freed.
+    #[inline(always)]
+    #[track_caller]
+    pub(crate) fn check<T>(state: *const T, what: &str) {
+        #[cfg(fenceline_loom)]
+        assert!(
+            live().contains(&(state as usize)),
+            "use after free: {what} was freed while a thread still used it"
+        );
+        let _ = (state, what);
+    }
+}

@@ -1,1 +1,1 @@
-//! Empty unless built with `--cfg loom`: the models live in `tests/`.
+//! Empty unless built with `--cfg fenceline_loom`: the models live in `tests/`.

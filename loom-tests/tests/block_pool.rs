@@ -1,7 +1,7 @@
 //! loom models of `BlockPool`: threads acquiring and releasing never hold the
 //! same block at once, growth races install each chunk once, the ABA case is
 //! caught by the generation tag, and every block is back at the end.
-#![cfg(loom)]
+#![cfg(fenceline_loom)]
 
 use fenceline::pool::{BlockPool, BlockPoolConfig};
 use fenceline::ErrorKind;

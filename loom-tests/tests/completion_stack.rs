@@ -7,7 +7,7 @@
 //! counted, treating a count that arrives before its push as credit.
 //! Every action completes exactly once, in order, and no wake-up is lost
 //! (a lost one deadlocks the model).
-#![cfg(loom)]
+#![cfg(fenceline_loom)]
 
 use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::{CompletionStack, PendingQueue};

@@ -1,7 +1,7 @@
 //! loom models of the executor's lock-free pieces, using the very counters
 //! the executor runs (`fenceline::task::__model`): the join counter, the
 //! sleep/wake protocol, tile claiming, and a scope's first error.
-#![cfg(loom)]
+#![cfg(fenceline_loom)]
 
 use fenceline::task::__model::{JoinCount, SleepState, TileCounter};
 use fenceline::task::Scope;

@@ -1,7 +1,7 @@
 //! loom models of the pending queue's drain protocol on the testing
 //! backend: concurrent submitters and completions, a host signal racing the
 //! pass that parks an action, and shutdown racing a submit.
-#![cfg(loom)]
+#![cfg(fenceline_loom)]
 
 use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::PendingQueue;

@@ -1,7 +1,7 @@
 //! loom models of the timeline semaphore: a timepoint registered while
 //! another thread signals, fails or cancels is answered exactly once and
 //! never lost; a parked host wait is always woken.
-#![cfg(loom)]
+#![cfg(fenceline_loom)]
 
 use std::ptr::NonNull;
 

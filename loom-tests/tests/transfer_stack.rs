@@ -1,7 +1,7 @@
 //! loom model of `TransferStack`: two producers push while a consumer takes
 //! concurrently; every node is taken exactly once and each producer's nodes
 //! arrive in its push order.
-#![cfg(loom)]
+#![cfg(fenceline_loom)]
 
 use std::ptr::NonNull;
 

@@ -3,11 +3,13 @@
 
 use std::sync::Mutex;
 
+use super::teardown::QueueToken;
 use super::Work;
 use crate::command_buffer::Command;
 use crate::error::Error;
 use crate::queue::{Backend, Completion};
-use crate::task::{Executor, Scope, TaskId};
+use crate::sync::Arc;
+use crate::task::{ExecutorState, Graph, Scope, TaskId};
 
 /// Command buffers one `execute` keeps without allocating.
 pub const EXECUTE_INLINE_COMMAND_BUFFERS: usize = 4;
@@ -31,38 +33,40 @@ struct BackendRef(*const CpuBackend);
 unsafe impl Send for BackendRef {}
 
 pub(crate) struct CpuBackend {
-    /// The device's executor: outlives every queue (the device drops its
-    /// queues, after they are idle, before the executor).
-    pub(crate) exec: *const Executor,
+    /// The device's executor's state (its workers run until the device
+    /// shuts the executor down, after every queue state is freed).
+    exec: Arc<ExecutorState>,
     /// Scopes reused across submissions (one per in-flight `execute`).
     scopes: Mutex<Vec<Scope>>,
     /// The scope host calls run in (their errors go to their signals).
     host_scope: Scope,
+    /// Tells the device's drop when this queue's state is freed.
+    _token: QueueToken,
 }
 
-// SAFETY: the executor pointer is valid for the backend's life and the
-// executor is `Sync`; everything else is `Send + Sync`.
-unsafe impl Send for CpuBackend {}
-// SAFETY: as above.
-unsafe impl Sync for CpuBackend {}
-
 impl CpuBackend {
-    pub(crate) fn new(exec: *const Executor) -> CpuBackend {
+    pub(crate) fn new(exec: Arc<ExecutorState>, token: QueueToken) -> CpuBackend {
         CpuBackend {
             exec,
             scopes: Mutex::new(Vec::new()),
             host_scope: Scope::new(),
+            _token: token,
         }
     }
 
-    fn exec(&self) -> &Executor {
-        // SAFETY: see the field.
-        unsafe { &*self.exec }
+    fn graph<'a>(&'a self, scope: &Scope) -> Graph<'a> {
+        Graph::new(&self.exec, scope)
     }
 
     fn take_scope(&self) -> Scope {
         let reused = self.scopes.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        reused.unwrap_or_default()
+        let scope = reused.unwrap_or_default();
+        // A scope is recycled before its submission completes; a panic out
+        // of that completion may have failed it since.
+        if scope.error().is_some() {
+            let _ = scope.take_error();
+        }
+        scope
     }
 
     fn issue_host_call(&self, mut work: Completion<Self>) {
@@ -70,11 +74,11 @@ impl CpuBackend {
             Work::HostCall(f) => f,
             _ => unreachable!("checked by the caller"),
         };
-        let mut g = self.exec().graph(&self.host_scope);
+        let mut g = self.graph(&self.host_scope);
         let mut slot = Some((work, f));
         let task = g.call(move |_| {
             if let Some((work, f)) = slot.take() {
-                let result = crate::task::guarded_call(|| f.call());
+                let result = crate::unwind::guarded(|| f.call());
                 work.complete(result);
             }
             Ok(())
@@ -89,7 +93,7 @@ impl CpuBackend {
 
     fn issue_execute(&self, work: Completion<Self>) {
         let scope = self.take_scope();
-        let mut g = self.exec().graph(&scope);
+        let mut g = self.graph(&scope);
         let built = build(&mut g, &work);
         let backend = BackendRef(self);
         let finish_scope = scope.clone();

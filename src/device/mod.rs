@@ -12,10 +12,10 @@ mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub(crate) mod host_fn;
+pub(crate) mod teardown;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use buffer::Buffer;
 pub use cpu::EXECUTE_INLINE_COMMAND_BUFFERS;
@@ -29,6 +29,7 @@ use crate::queue::PendingQueue;
 use crate::semaphore::Semaphore;
 use crate::task::{Executor, ExecutorConfig};
 use cpu::CpuBackend;
+use teardown::Teardown;
 
 /// What one queue action runs, on any device.
 pub(crate) enum Work {
@@ -63,8 +64,13 @@ impl Default for CpuConfig {
 
 /// A device: queues, buffers and command buffers. `Send + Sync`.
 ///
-/// Dropping it cancels work still waiting on semaphores (its signals fail
-/// with `Cancelled`), lets issued work finish, and joins every thread.
+/// The device lives while any handle to it does ([`Device`] or a
+/// [`Queue`]). Dropping the last one cancels work still waiting on
+/// semaphores (its signals fail with `Cancelled`), lets issued work
+/// finish, and joins every thread. The last handle may be dropped inside
+/// the device's own work (a host call or dispatch closure that captured
+/// it): that drop does not wait for the work running it; the device's
+/// threads exit and its memory is freed once that work has finished.
 pub struct Device {
     inner: Arc<DeviceInner>,
 }
@@ -72,9 +78,9 @@ pub struct Device {
 enum DeviceInner {
     Cpu {
         queues: Vec<PendingQueue<CpuBackend>>,
-        /// Boxed so its address is stable for the backends' pointers;
-        /// dropped after the queues (see `Drop`).
-        executor: Option<Box<Executor>>,
+        /// Shut down once every queue state is freed (see `Drop`).
+        executor: Option<Executor>,
+        teardown: Arc<Teardown>,
     },
     #[cfg(feature = "cuda")]
     Cuda(cuda::CudaDevice),
@@ -116,18 +122,19 @@ impl Device {
                 "CpuConfig::queues 0: need at least one queue",
             ));
         }
-        let executor = Box::new(Executor::new(ExecutorConfig {
+        let executor = Executor::new(ExecutorConfig {
             workers: config.workers,
             spin: config.spin,
-        })?);
-        let exec: *const Executor = &*executor;
+        })?;
+        let teardown = Teardown::new(config.queues);
         let queues = (0..config.queues)
-            .map(|_| PendingQueue::new(CpuBackend::new(exec)))
+            .map(|_| PendingQueue::new(CpuBackend::new(executor.state(), teardown.token())))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Device {
             inner: Arc::new(DeviceInner::Cpu {
                 queues,
                 executor: Some(executor),
+                teardown,
             }),
         })
     }
@@ -242,33 +249,35 @@ impl Device {
     }
 }
 
-/// Cancels what is pending, waits until every issued action completed.
-fn quiesce<B: crate::queue::Backend>(queues: &[PendingQueue<B>]) {
-    for q in queues {
-        q.shutdown();
-    }
-    while queues.iter().any(|q| q.in_flight() > 0) {
-        std::thread::sleep(Duration::from_micros(50));
-    }
-}
-
 impl Drop for DeviceInner {
     fn drop(&mut self) {
+        // Dropping a queue handle cancels its pending actions; its state
+        // is freed once its issued actions finished (see `teardown`).
         match self {
-            DeviceInner::Cpu { queues, executor } => {
-                // Issued work finishes on the executor; wait for it, then
-                // drop the queues before the executor their backends
-                // point to.
-                quiesce(queues);
+            DeviceInner::Cpu {
+                queues,
+                executor,
+                teardown,
+            } => {
+                let inside = executor.as_ref().is_some_and(|e| e.on_worker_thread());
                 queues.clear();
-                executor.take();
+                let Some(executor) = executor.take() else {
+                    return;
+                };
+                if inside {
+                    teardown.defer(executor);
+                } else {
+                    teardown.wait_drained();
+                    drop(executor); // joins the workers
+                }
             }
             #[cfg(feature = "cuda")]
             DeviceInner::Cuda(d) => {
-                // Issued work finishes on the streams and completion
-                // threads; the queues (streams, threads) go after it.
-                quiesce(&d.queues);
+                let inside = d.on_completion_thread();
                 d.queues.clear();
+                if !inside {
+                    d.teardown.wait_drained();
+                }
             }
         }
     }

@@ -193,7 +193,7 @@ macro_rules! impl_linked {
 }
 
 // Links are exactly their pointers (std build; loom's cells carry tracking).
-#[cfg(not(loom))]
+#[cfg(not(fenceline_loom))]
 static_assertions::assert_eq_size!(SingleLinks<u64>, *const u64);
-#[cfg(not(loom))]
+#[cfg(not(fenceline_loom))]
 static_assertions::assert_eq_size!(DoubleLinks<u64>, [*const u64; 2]);

@@ -36,5 +36,5 @@ pub use links::{DoubleLinks, Linked, SingleLinks};
 pub use slist::{SIter, SList};
 pub use transfer_stack::TransferStack;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(fenceline_loom)))]
 mod tests;

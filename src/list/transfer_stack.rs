@@ -152,7 +152,7 @@ impl<T: Linked<SingleLinks<T>>> TransferStack<T> {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(fenceline_loom))]
 mod assertions {
     use super::TransferStack;
     use crate::list::{DList, DoubleLinks, SList, SingleLinks};

@@ -325,7 +325,7 @@ static_assertions::assert_impl_all!(Arena: Send);
 static_assertions::assert_not_impl_any!(Arena: Sync);
 static_assertions::const_assert_eq!(BLOCK_HEADER, 16);
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(fenceline_loom)))]
 mod tests {
     use super::*;
     use crate::pool::BlockPoolConfig;

@@ -984,7 +984,7 @@ static_assertions::assert_not_impl_any!(RawBlock: Clone, Copy);
 static_assertions::assert_eq_size!(RawBlock, [u64; 2]);
 static_assertions::assert_impl_all!(BlockCache<std::sync::Arc<BlockPool>>: Send);
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(fenceline_loom)))]
 mod tests {
     use super::*;
     use std::collections::HashSet;

@@ -7,6 +7,7 @@ use crate::error::Error;
 use crate::list::{DoubleLinks, Linked, SingleLinks};
 use crate::pool::{BlockPool, RawBlock};
 use crate::semaphore::{AnyEvent, Semaphore, Timepoint};
+use crate::unwind::FirstPanic;
 
 /// Waits and signals stored in the action itself (waits first, then
 /// signals, so 1 wait + 1 signal share a cache line): at least 8 of each.
@@ -27,7 +28,7 @@ pub(crate) struct Overflow {
 
 /// Entries per overflow block (fits the smallest action block, 512 bytes;
 /// loom's semaphore handles are larger).
-pub(crate) const OVERFLOW: usize = if cfg!(loom) { 4 } else { 30 };
+pub(crate) const OVERFLOW: usize = if cfg!(fenceline_loom) { 4 } else { 30 };
 
 /// A submission. Owned by: the submit stack, then the issuer (pending list
 /// or a pass), or the semaphore it waits on (armed timepoint), or the
@@ -177,11 +178,17 @@ impl<P> QueueAction<P> {
         self.entry(self.wait_count as usize + i)
     }
 
-    /// Drops the entries, events and payload and returns every block.
+    /// Drops the entries, events and payload and returns every block. A
+    /// panic dropping the payload (user captures) is kept in `panicked`;
+    /// the blocks are returned all the same.
     ///
     /// # Safety
     /// The caller owns the action; nothing will touch it again.
-    pub(crate) unsafe fn destroy(action: NonNull<QueueAction<P>>, pool: &BlockPool) {
+    pub(crate) unsafe fn destroy(
+        action: NonNull<QueueAction<P>>,
+        pool: &BlockPool,
+        panicked: &mut FirstPanic,
+    ) {
         // SAFETY: owned per contract.
         let a = unsafe { &mut *action.as_ptr() };
         let total = a.total();
@@ -192,8 +199,9 @@ impl<P> QueueAction<P> {
         if a.device_wait_count > 0 {
             a.device_waits = Default::default();
         }
-        // SAFETY: the payload was written at creation and not taken.
-        unsafe { a.payload.assume_init_drop() };
+        // SAFETY: the payload was written at creation and not taken; it is
+        // dropped once (a panicking `Drop` still counts as dropped).
+        panicked.run(|| unsafe { a.payload.assume_init_drop() });
         let mut next = a.overflow.take();
         while let Some(b) = next {
             // SAFETY: overflow blocks came from `pool`, released once.
@@ -265,9 +273,11 @@ impl<P> Drop for Built<'_, P> {
         a.wait_count = (self.written.min(waits)) as u32;
         a.signal_count = self.written.saturating_sub(waits) as u32;
         // SAFETY: the counts now cover exactly the written entries.
-        unsafe { QueueAction::destroy(self.action, self.pool) };
+        let mut panicked = FirstPanic::default();
+        unsafe { QueueAction::destroy(self.action, self.pool, &mut panicked) };
+        panicked.resume();
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(fenceline_loom))]
 static_assertions::const_assert!(std::mem::size_of::<Overflow>() <= 512);

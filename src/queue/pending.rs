@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::mem;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
@@ -14,7 +15,8 @@ use crate::list::{DList, TransferStack};
 use crate::pool::{BlockPool, BlockPoolConfig};
 use crate::semaphore::{Registration, Semaphore, Timepoint};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use crate::sync::UnsafeCell;
+use crate::sync::{liveness, UnsafeCell};
+use crate::unwind::{panic_error, FirstPanic};
 
 type Action<B> = QueueAction<<B as Backend>::Payload>;
 
@@ -79,7 +81,7 @@ impl<B: Backend> PendingQueue<B> {
             block_size: size.next_power_of_two(),
             align: mem::align_of::<Action<B>>().max(64),
             // 256 actions up front: typical backlogs never grow the pool.
-            first_chunk_blocks: if cfg!(loom) { 4 } else { 256 },
+            first_chunk_blocks: if cfg!(fenceline_loom) { 4 } else { 256 },
             max_blocks: None,
         })?;
         let shared = Box::new(Shared {
@@ -99,6 +101,7 @@ impl<B: Backend> PendingQueue<B> {
         let this = NonNull::from(Box::leak(shared));
         // SAFETY: just leaked, not shared yet.
         unsafe { (*this.as_ptr()).this = this };
+        liveness::born(this.as_ptr());
         Ok(PendingQueue { shared: this })
     }
 
@@ -125,6 +128,7 @@ impl<B: Backend> PendingQueue<B> {
         signals: &[(&Semaphore, u64)],
         payload: B::Payload,
     ) -> Result<(), Error> {
+        check_values(waits, signals)?;
         let shared = self.shared();
         if shared.closed.load(Ordering::Acquire) {
             let e = cancelled();
@@ -145,6 +149,7 @@ impl<B: Backend> PendingQueue<B> {
         shared.refs.fetch_add(1, Ordering::Relaxed);
         // SAFETY: a new action, handed to the submit stack.
         unsafe { shared.incoming.push(action) };
+        // The handle (borrowed for this call) keeps the state alive.
         shared.request_issue();
         Ok(())
     }
@@ -195,6 +200,26 @@ impl<B: Backend> Drop for PendingQueue<B> {
     }
 }
 
+/// `u64::MAX` is the reserved failure value: a wait on it can never be met
+/// and a signal of it would fail the semaphore. Rejected before anything
+/// is touched.
+fn check_values(waits: &[(&Semaphore, u64)], signals: &[(&Semaphore, u64)]) -> Result<(), Error> {
+    let bad = |list: &[(&Semaphore, u64)]| list.iter().position(|(_, v)| *v == u64::MAX);
+    if let Some(i) = bad(waits) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("wait {i} on value u64::MAX: the largest value is reserved for failure"),
+        ));
+    }
+    if let Some(i) = bad(signals) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("signal {i} of value u64::MAX: the largest value is reserved for failure"),
+        ));
+    }
+    Ok(())
+}
+
 fn cancelled() -> Error {
     Error::new(
         ErrorKind::Cancelled,
@@ -212,10 +237,19 @@ unsafe fn queue_wake<B: Backend>(tp: NonNull<Timepoint>, _result: Result<(), Err
     let action =
         unsafe { NonNull::new_unchecked(tp.as_ref().context().cast_mut().cast::<Action<B>>()) };
     // SAFETY: as above.
-    let shared = unsafe { &*(*action.as_ptr()).owner.cast::<Shared<B>>() };
+    let this =
+        unsafe { NonNull::new_unchecked((*action.as_ptr()).owner.cast_mut().cast::<Shared<B>>()) };
+    // SAFETY: the action's reference keeps the state alive until the push.
+    let shared = unsafe { this.as_ref() };
+    // Hold our own reference across the hand-off and the issue request:
+    // once the action is on the woken stack, a pass (a shutdown's, on
+    // another thread) may finish it, and with it the last reference.
+    shared.refs.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the fired timepoint gave us the action; the stack takes it.
     unsafe { shared.woken.push(action) };
     shared.request_issue();
+    // SAFETY: the reference taken above.
+    unsafe { Shared::release(this) };
 }
 
 enum Class {
@@ -232,14 +266,17 @@ impl<B: Backend> Shared<B> {
     unsafe fn release(this: NonNull<Shared<B>>) {
         // SAFETY: our reference keeps it alive until here.
         if unsafe { this.as_ref() }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            liveness::died(this.as_ptr());
             // SAFETY: the last reference: nothing else can reach it.
             drop(unsafe { Box::from_raw(this.as_ptr()) });
         }
     }
 
     /// Asks for an issue pass: runs it here if this thread may, else wakes
-    /// the backend's issuer.
+    /// the backend's issuer. The caller holds a reference (a handle, an
+    /// action it owns, or one taken for the call).
     fn request_issue(&self) {
+        liveness::check(self, "a queue's state (issue requested)");
         if self.backend.can_issue_inline() {
             self.issue();
         } else {
@@ -247,30 +284,35 @@ impl<B: Backend> Shared<B> {
         }
     }
 
-    /// The drain protocol.
+    /// The drain protocol. The caller holds a reference across the call
+    /// (the last action may finish during a pass after the handle is gone).
+    ///
+    /// Unwind-safe: a panic out of a pass (a timepoint callback that
+    /// panicked while an action signalled) is caught; the issuer finishes
+    /// the drain (so later requests are served) and then resumes the first
+    /// panic on this thread.
     fn issue(&self) {
-        // Hold a reference while this call runs: the last action may
-        // finish during a pass after the handle is gone.
-        self.refs.fetch_add(1, Ordering::Relaxed);
         // AcqRel: acquire what requesters published before bumping;
         // release our own pushes to the issuer we may hand over to.
         let mut seen = self.requests.fetch_add(1, Ordering::AcqRel) + 1;
-        if seen == 1 {
-            loop {
-                // SAFETY: the counter went from 0 to 1 under us: we are the
-                // only issuer until we swing it back to 0.
-                self.pass(unsafe { self.issuer_state() });
-                match self
-                    .requests
-                    .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire)
-                {
-                    Ok(_) => break,
-                    Err(now) => seen = now,
-                }
+        if seen != 1 {
+            return;
+        }
+        let mut panicked = FirstPanic::default();
+        loop {
+            // SAFETY: the counter went from 0 to 1 under us: we are the only
+            // issuer until we swing it back to 0.
+            let st = unsafe { self.issuer_state() };
+            panicked.run(|| self.pass(st));
+            match self
+                .requests
+                .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(now) => seen = now,
             }
         }
-        // SAFETY: the reference taken above.
-        unsafe { Shared::release(self.this) };
+        panicked.resume();
     }
 
     /// # Safety
@@ -282,9 +324,15 @@ impl<B: Backend> Shared<B> {
     }
 
     /// One pass: woken actions (older), then new ones, in order.
+    ///
+    /// Each action is handled under its own unwind guard: a panic while
+    /// handling one (its completion firing a panicking timepoint callback)
+    /// never strands the others taken with it; the first panic is resumed
+    /// once every taken action was handled.
     fn pass(&self, st: &mut IssuerState<B::Payload>) {
         let closed = self.closed.load(Ordering::Acquire);
         let mut examined = 0;
+        let mut panicked = FirstPanic::default();
         let mut woken = self.woken.take_all();
         while let Some(action) = woken.pop_front() {
             // SAFETY: a woken action was armed, hence in `pending`.
@@ -293,19 +341,20 @@ impl<B: Backend> Shared<B> {
                 (*action.as_ptr()).armed = false;
             }
             examined += 1;
-            self.handle(st, action, closed);
+            panicked.run(|| self.handle(st, action, closed));
         }
         let mut new = self.incoming.take_all();
         while let Some(action) = new.pop_front() {
             examined += 1;
-            self.handle(st, action, closed);
+            panicked.run(|| self.handle(st, action, closed));
         }
         if closed {
-            self.cancel_pending(st);
+            panicked.run(|| self.cancel_pending(st));
         }
         if examined > 0 {
             self.examined.fetch_add(examined, Ordering::Relaxed);
         }
+        panicked.resume();
     }
 
     fn handle(&self, st: &mut IssuerState<B::Payload>, action: NonNull<Action<B>>, closed: bool) {
@@ -313,14 +362,30 @@ impl<B: Backend> Shared<B> {
             self.finish(action, Err(cancelled()), false);
             return;
         }
-        match self.classify(action) {
-            Class::Ready => self.backend.issue(Completion {
-                action,
-                shared: self.this,
-            }),
+        // The backend and `device_wait` are user code (a custom `Backend`):
+        // a panic there fails this action only.
+        match catch_unwind(AssertUnwindSafe(|| self.classify(action))) {
+            Ok(Class::Ready) => {
+                let work = Completion {
+                    action,
+                    shared: self.this,
+                };
+                // A panicking `issue` drops the token while unwinding,
+                // which fails the action (see `Completion`'s `Drop`).
+                let _ = catch_unwind(AssertUnwindSafe(|| self.backend.issue(work)));
+            }
             // SAFETY: armed and ours to list.
-            Class::Pending => unsafe { st.pending.push_back(action) },
-            Class::Failed(e) => self.finish(action, Err(e), false),
+            Ok(Class::Pending) => unsafe { st.pending.push_back(action) },
+            Ok(Class::Failed(e)) => self.finish(action, Err(e), false),
+            Err(panic) => {
+                // Not armed anywhere: `classify` arms last, and a
+                // registration does not run user code.
+                self.finish(
+                    action,
+                    Err(panic_error("the backend's device_wait", &*panic)),
+                    false,
+                );
+            }
         }
     }
 
@@ -398,10 +463,15 @@ impl<B: Backend> Shared<B> {
     ) {
         // SAFETY: the caller owns the finished action.
         let a = unsafe { &*action.as_ptr() };
-        match result {
-            Ok(()) => {
-                for i in 0..a.signal_count as usize {
-                    let (sem, value) = a.signal(i);
+        // Signals fire timepoints, and dropping the payload drops user
+        // captures: either may panic. Every signal is still made, the
+        // action still freed and its reference given up; then the first
+        // panic goes on unwinding.
+        let mut panicked = FirstPanic::default();
+        for i in 0..a.signal_count as usize {
+            let (sem, value) = a.signal(i);
+            panicked.run(|| match &result {
+                Ok(()) => {
                     let signalled = if reached_ok {
                         sem.signal_at_least(*value)
                     } else {
@@ -414,17 +484,16 @@ impl<B: Backend> Shared<B> {
                         sem.fail(e);
                     }
                 }
-            }
-            Err(e) => {
-                for i in 0..a.signal_count as usize {
-                    a.signal(i).0.fail(e.clone());
-                }
-            }
+                Err(e) => sem.fail(e.clone()),
+            });
         }
-        // SAFETY: owned and done; its blocks go back to our pool.
-        unsafe { QueueAction::destroy(action, &self.pool) };
+        // SAFETY: owned and done; its blocks go back to our pool (a panic
+        // dropping the payload is caught inside, after which the blocks
+        // are still returned).
+        unsafe { QueueAction::destroy(action, &self.pool, &mut panicked) };
         // SAFETY: the action's reference, given up once.
         unsafe { Shared::release(self.this) };
+        panicked.resume();
     }
 }
 

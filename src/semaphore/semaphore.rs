@@ -28,6 +28,7 @@ use crate::error::{Error, ErrorKind};
 use crate::list::DList;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Arc, Mutex, MutexGuard};
+use crate::unwind::FirstPanic;
 
 /// The value that marks a failed semaphore; never a valid payload.
 pub(crate) const FAILED: u64 = u64::MAX;
@@ -433,13 +434,17 @@ fn mark_unlinked(taken: &DList<Timepoint>) {
 }
 
 /// Fires each timepoint of `fired` (unlinked, flags cleared), with no lock
-/// held.
+/// held. A panicking callback does not keep the others from firing (a
+/// host waiter would wait forever for its node); the first panic goes on
+/// unwinding once every one has fired.
 fn fire_all(mut fired: DList<Timepoint>, result: Result<(), Error>) {
+    let mut panicked = FirstPanic::default();
     while let Some(node) = fired.pop_front() {
         // SAFETY: unlinked under the lock and now owned by us; popped from
         // our local list before the callback may free it.
-        unsafe { Timepoint::fire(node, result.clone()) };
+        panicked.run(|| unsafe { Timepoint::fire(node, result.clone()) });
     }
+    panicked.resume();
 }
 
 impl Drop for Inner {
@@ -479,7 +484,7 @@ fn signal_error(value: u64, current: u64) -> Error {
 
 static_assertions::assert_impl_all!(Semaphore: Send, Sync, Clone);
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(fenceline_loom)))]
 mod tests {
     use super::*;
     use crate::error::ErrorKind;

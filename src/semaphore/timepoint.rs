@@ -168,5 +168,5 @@ impl TimepointPool {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(fenceline_loom))]
 static_assertions::const_assert!(std::mem::size_of::<Timepoint>() <= 64);

@@ -117,7 +117,7 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
     // Spin a little: a signal from another core often lands within a few
     // hundred nanoseconds, far cheaper than parking. (Not under loom, whose
     // scheduler would explore every spin.)
-    #[cfg(not(loom))]
+    #[cfg(not(fenceline_loom))]
     {
         let backoff = crossbeam_utils::Backoff::new();
         while !backoff.is_completed() {

@@ -10,7 +10,7 @@ use super::worker::{Shared, Worker};
 use crate::error::{Error, ErrorKind};
 use crate::sync::atomic::Ordering;
 use crate::sync::thread::{self, JoinHandle};
-use crate::sync::Arc;
+use crate::sync::{liveness, Arc};
 
 /// How an [`Executor`] is shaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +34,10 @@ impl Default for ExecutorConfig {
 /// A work-stealing task executor. Build task DAGs with
 /// [`graph`](Self::graph). Dropping it lets queued work finish, cancels
 /// parked waits (their scopes get `Cancelled`), and joins every thread.
+/// Dropped from inside one of its own tasks (a closure that captured it),
+/// it cannot wait for the task running the drop: it then starts the same
+/// shutdown without joining, and the workers exit (freeing everything) on
+/// their own once the last task retired.
 pub struct Executor {
     pub(crate) shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
@@ -59,6 +63,7 @@ impl Executor {
         let deques: Vec<Deque<_>> = (0..workers).map(|_| Deque::new_lifo()).collect();
         let stealers = deques.iter().map(|d| d.stealer()).collect();
         let shared = Arc::new(Shared::new(workers, config.spin, stealers)?);
+        liveness::born(Arc::as_ptr(&shared));
         let mut exec = Executor {
             shared: shared.clone(),
             threads: Vec::with_capacity(workers),
@@ -96,7 +101,31 @@ impl Executor {
 
     /// A new task graph whose tasks count in `scope`.
     pub fn graph(&self, scope: &Scope) -> Graph<'_> {
-        Graph::new(self, scope)
+        Graph::new(&self.shared, scope)
+    }
+
+    /// A reference to the executor's state, for owners that build graphs
+    /// on it (a device's queues): it keeps the memory alive, not the
+    /// workers running (that is the `Executor`'s job).
+    pub(crate) fn state(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+}
+
+impl Executor {
+    /// Whether the calling thread is one of this executor's workers.
+    pub(crate) fn on_worker_thread(&self) -> bool {
+        let me = thread::current().id();
+        self.threads.iter().any(|t| t.thread().id() == me)
+    }
+
+    /// Starts the shutdown and returns without joining: the workers exit
+    /// once the last task retired (for an owner that may be on any
+    /// thread, including one that work it waits for depends on).
+    pub(crate) fn shut_down_detached(mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.wake_all();
+        self.threads.clear();
     }
 }
 
@@ -104,6 +133,13 @@ impl Drop for Executor {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
         self.shared.wake_all();
+        if self.on_worker_thread() {
+            // Joining would wait for the task running this drop: detach;
+            // the workers exit once the last task retired, and the last of
+            // them frees the state.
+            self.threads.clear();
+            return;
+        }
         for t in self.threads.drain(..) {
             // A worker only panics on a fenceline bug; nothing to add here.
             let _ = t.join();

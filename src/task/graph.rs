@@ -5,14 +5,13 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::time::Instant;
 
-use super::executor::Executor;
 use super::kinds::{
     dispatch_vtable, finally_vtable, make_call, new_task, BarrierPayload, BoxedTileFn, CallContext,
     DispatchPayload, FencePayload, FinallyPayload, WaitState, BARRIER, FENCE, NOP, WAIT,
 };
 use super::scope::{Scope, ScopeInner};
 use super::task::Task;
-use super::worker::free_task;
+use super::worker::{free_task, Shared};
 use super::Tile;
 use crate::error::{Error, ErrorKind};
 use crate::list::SList;
@@ -72,7 +71,7 @@ impl fmt::Debug for TaskId {
 /// # Ok::<(), fenceline::Error>(())
 /// ```
 pub struct Graph<'e> {
-    exec: &'e Executor,
+    exec: &'e Shared,
     scope: Scope,
     id: u64,
     /// Every task created, through their `next` links.
@@ -89,14 +88,15 @@ impl fmt::Debug for Graph<'_> {
 }
 
 impl<'e> Graph<'e> {
-    pub(crate) fn new(exec: &'e Executor, scope: &Scope) -> Graph<'e> {
+    /// A graph on the executor whose state is `exec`.
+    pub(crate) fn new(exec: &'e Shared, scope: &Scope) -> Graph<'e> {
         Graph {
             exec,
             scope: scope.clone(),
             id: NEXT_GRAPH.fetch_add(1, StdOrdering::Relaxed),
             tasks: SList::new(),
             count: 0,
-            cache: BlockCache::new(&exec.shared.pool),
+            cache: BlockCache::new(&exec.pool),
         }
     }
 
@@ -273,16 +273,20 @@ impl<'e> Graph<'e> {
     /// shards on all workers that claim tiles through an atomic counter.
     /// A zero-sized grid completes at once. The first tile error stops the
     /// dispatch (tiles already claimed finish) and becomes the scope's.
+    ///
+    /// Errors: `InvalidArgument` if the grid's tile count overflows `u64`
+    /// (nothing is added then); `ResourceExhausted` without task memory.
     pub fn dispatch<F>(&mut self, grid: [u32; 3], f: F) -> Result<TaskId, Error>
     where
         F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
     {
+        let total = super::tile_count(grid)?;
         let t = if super::task::Task::fits::<DispatchPayload<F>>() {
             new_task(
                 &mut self.cache,
                 self.scope.as_ptr(),
                 dispatch_vtable::<F>(),
-                DispatchPayload::new(grid, f),
+                DispatchPayload::new(grid, total, f),
             )
         } else {
             let boxed: BoxedTileFn = Box::new(f);
@@ -290,7 +294,7 @@ impl<'e> Graph<'e> {
                 &mut self.cache,
                 self.scope.as_ptr(),
                 dispatch_vtable::<BoxedTileFn>(),
-                DispatchPayload::new(grid, boxed),
+                DispatchPayload::new(grid, total, boxed),
             )
         };
         self.adopt(t)
@@ -366,7 +370,6 @@ impl<'e> Graph<'e> {
         // SAFETY: the scope handle we hold keeps it alive.
         unsafe { ScopeInner::enter(self.scope.as_ptr(), &self.scope, self.count as usize) };
         self.exec
-            .shared
             .live
             .fetch_add(self.count as usize, crate::sync::atomic::Ordering::Relaxed);
         let mut ready = SList::new();
@@ -377,7 +380,7 @@ impl<'e> Graph<'e> {
                 unsafe { ready.push_back(task) };
             }
         }
-        self.exec.shared.inject_list(ready);
+        self.exec.inject_list(ready);
     }
 }
 
@@ -395,8 +398,10 @@ impl Drop for Graph<'_> {
         // Not submitted (or already emptied by `submit`): free every task
         // without running it. They were never counted.
         while let Some(task) = self.tasks.pop_front() {
-            // SAFETY: the graph owns its unsubmitted tasks.
-            unsafe { free_task(&mut self.cache, task) };
+            // SAFETY: the graph owns its unsubmitted tasks. A capture whose
+            // `Drop` panicked has no task to fail (nothing ran): the error
+            // is dropped, and every other task is still freed.
+            let _ = unsafe { free_task(&mut self.cache, task) };
         }
     }
 }

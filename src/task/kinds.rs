@@ -3,7 +3,6 @@
 //! `VTable`.
 
 use std::marker::PhantomData;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{addr_of_mut, NonNull};
 use std::time::Instant;
 
@@ -15,30 +14,14 @@ use crate::error::{Error, ErrorKind};
 use crate::list::DoubleLinks;
 use crate::semaphore::{Registration, Semaphore, Timepoint};
 use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::Arc;
+use crate::unwind::guarded;
 
 unsafe fn no_skip(_task: NonNull<Task>) {}
 
 unsafe fn drop_payload<T>(task: NonNull<Task>) {
     // SAFETY: the vtable of a `T` payload calls this once, at free.
     unsafe { std::ptr::drop_in_place(Task::payload_ptr::<T>(task)) }
-}
-
-/// Turns a panic in user code into an error.
-pub(crate) fn guarded<R>(f: impl FnOnce() -> Result<R, Error>) -> Result<R, Error> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string payload".to_string());
-            Err(Error::new(
-                ErrorKind::Internal,
-                format!("task panicked: {what}"),
-            ))
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -347,7 +330,10 @@ pub(crate) static FENCE: VTable = VTable {
 pub(crate) struct WaitState {
     links: DoubleLinks<WaitState>,
     task: NonNull<Task>,
-    shared: *const Shared,
+    /// The executor, held while the task is suspended: the wake hands the
+    /// task over and then notifies a worker, and the executor may be
+    /// dropped between the two.
+    shared: Option<Arc<Shared>>,
     sem: Semaphore,
     value: u64,
     pub(crate) deadline: Option<Instant>,
@@ -362,7 +348,7 @@ impl WaitState {
         WaitState {
             links: DoubleLinks::new(),
             task: NonNull::dangling(),
-            shared: std::ptr::null(),
+            shared: None,
             sem,
             value,
             deadline,
@@ -406,8 +392,12 @@ unsafe fn wait_wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     // SAFETY: the context is the `WaitState` holding this timepoint, alive
     // while the task is suspended (it is, until we requeue it).
     let state = unsafe { &*tp.as_ref().context().cast::<WaitState>() };
-    // SAFETY: the executor outlives its suspended tasks.
-    let shared = unsafe { &*state.shared };
+    // Our own reference to the executor: once the task is injected it may
+    // run, retire (dropping the state's reference) and be the executor's
+    // last task, and the executor may be freed before `notify` below.
+    let Some(shared) = state.shared.clone() else {
+        unreachable!("a suspended wait task holds its executor");
+    };
     {
         let mut waits = shared.lock_waits();
         if state.listed.get() {
@@ -443,7 +433,9 @@ unsafe fn wait_run(task: NonNull<Task>, worker: &mut Worker) -> Outcome {
             )));
         }
         state.task = task;
-        state.shared = &*worker.shared;
+        if state.shared.is_none() {
+            state.shared = Some(worker.shared.clone());
+        }
         let ctx = (state as *const WaitState).cast::<()>();
         state.timepoint = Timepoint::new(state.value, wait_wake, ctx);
         {
@@ -457,10 +449,21 @@ unsafe fn wait_run(task: NonNull<Task>, worker: &mut Worker) -> Outcome {
                 .suspended_waits
                 .store(waits.len(), Ordering::Release);
         }
+        // Read before registering: once registered, the timepoint may fire
+        // and the task run (and be freed) on another worker.
+        let timed = state.deadline.is_some();
         // SAFETY: the timepoint stays in place until it fires or is
         // cancelled (the task is suspended, its block not freed).
         match unsafe { state.sem.register(NonNull::from(&state.timepoint)) } {
-            Registration::Pending => return Outcome::Suspended,
+            Registration::Pending => {
+                if timed {
+                    // A parked worker armed its timer before this deadline
+                    // existed: wake one, so it re-arms (this worker may
+                    // stay busy with other tasks for long).
+                    worker.shared.notify();
+                }
+                return Outcome::Suspended;
+            }
             Registration::Reached | Registration::Failed(_) => {
                 let mut waits = worker.shared.lock_waits();
                 if state.listed.get() {
@@ -497,14 +500,12 @@ pub(crate) struct DispatchPayload<F> {
 }
 
 impl<F> DispatchPayload<F> {
-    pub(crate) fn new(grid: [u32; 3], f: F) -> Self {
+    /// A dispatch of `f` over `grid`, of `total` tiles (`tile_count`).
+    pub(crate) fn new(grid: [u32; 3], total: u64, f: F) -> Self {
         DispatchPayload {
             f,
             grid,
-            tiles: TileCounter::new(
-                u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]),
-                1,
-            ),
+            tiles: TileCounter::new(total, 1),
             stop: AtomicBool::new(false),
         }
     }

@@ -18,17 +18,12 @@ mod scope;
 mod task;
 mod worker;
 
+pub(crate) use worker::Shared as ExecutorState;
+
 pub use executor::{Executor, ExecutorConfig};
 pub use graph::{Graph, TaskId};
 pub use kinds::CallContext;
 pub use scope::Scope;
-
-/// Runs `f`, turning a panic into an error (as tasks do).
-pub(crate) fn guarded_call<R>(
-    f: impl FnOnce() -> Result<R, crate::Error>,
-) -> Result<R, crate::Error> {
-    kinds::guarded(f)
-}
 
 /// The executor's lock-free counters, public only for the loom models in
 /// `loom-tests/` (which must check the code the executor runs).
@@ -44,4 +39,20 @@ pub struct Tile {
     pub workgroup_id: [u32; 3],
     /// The grid's `[x, y, z]` extent.
     pub workgroup_count: [u32; 3],
+}
+
+/// Tiles in `grid`: the product of its extents.
+///
+/// Errors: `InvalidArgument` when the product overflows `u64` (such a grid
+/// could never run: the tile counter would wrap).
+pub(crate) fn tile_count(grid: [u32; 3]) -> Result<u64, crate::Error> {
+    u64::from(grid[0])
+        .checked_mul(u64::from(grid[1]))
+        .and_then(|xy| xy.checked_mul(u64::from(grid[2])))
+        .ok_or_else(|| {
+            crate::Error::new(
+                crate::ErrorKind::InvalidArgument,
+                format!("dispatch grid {grid:?}: its tile count overflows u64"),
+            )
+        })
 }

@@ -52,7 +52,7 @@ pub(crate) struct VTable {
 /// `pending` to zero makes it ready). Retiring frees the block.
 #[repr(C, align(64))]
 pub(crate) struct Task {
-    /// Queue link (transfer stack, overflow list).
+    /// Queue link (injector, spill list).
     pub(crate) next: SingleLinks<Task>,
     /// Next dependent in the fork list of the barrier this task follows.
     pub(crate) fork_next: Cell<Option<NonNull<Task>>>,
@@ -92,10 +92,10 @@ unsafe impl Send for TaskPtr {}
 
 crate::impl_linked!(Task, next: SingleLinks<Task>);
 
-#[cfg(not(loom))]
+#[cfg(not(fenceline_loom))]
 static_assertions::const_assert_eq!(TASK_BLOCK, 256);
 // The header is at most 64 bytes: the payload starts right after it.
-#[cfg(not(loom))]
+#[cfg(not(fenceline_loom))]
 static_assertions::const_assert_eq!(mem::offset_of!(Task, payload), 64);
 
 impl Task {

@@ -2,10 +2,13 @@
 //!
 //! Each worker owns a LIFO `crossbeam_deque::Worker` (at most
 //! [`LOCAL_CAP`] tasks, crossbeam's smallest buffer, so it never
-//! reallocates) and a private overflow list for the rest. Other workers
-//! steal from the deques. Threads that are not workers submit through the
-//! executor's `TransferStack` injector; a worker takes all of it at once
-//! into its overflow list.
+//! reallocates); other workers steal from it. Everything else waits in the
+//! executor's `TransferStack` injector, which every worker takes from:
+//! threads that are not workers submit there, and a worker whose deque is
+//! full spills there. No task is ever kept where only one worker can reach
+//! it: a worker that blocks inside a task strands nothing (a worker
+//! collects a burst of spilled tasks privately and publishes them, with one
+//! CAS, before it runs anything else).
 //!
 //! # Sleeping without lost wake-ups
 //! `sleep` packs `(epoch << 16) | sleepers` in one atomic. A worker about to
@@ -33,9 +36,10 @@ use crate::list::{DList, SList, TransferStack};
 use crate::pool::{BlockCache, BlockPool, RawBlock};
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::thread::Thread;
-use crate::sync::{Arc, Mutex, MutexGuard};
+use crate::sync::{liveness, Arc, Mutex, MutexGuard};
+use crate::unwind::{panic_error, FirstPanic};
 
-/// Tasks a worker's deque holds before the rest go to its overflow list.
+/// Tasks a worker's deque holds before the rest spill to the injector.
 pub(crate) const LOCAL_CAP: usize = 64;
 
 /// One worker's slot in the shared state.
@@ -59,7 +63,7 @@ pub(crate) struct Shared {
     pub(crate) waits: Mutex<DList<WaitState>>,
     /// `waits.len()`, readable without the lock.
     pub(crate) suspended_waits: AtomicUsize,
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(fenceline_loom, allow(dead_code))]
     pub(crate) spin: bool,
 }
 
@@ -119,7 +123,10 @@ impl Shared {
     }
 
     /// New work was published: bump the epoch; wake one sleeper if any.
+    /// The caller holds a reference to the executor (a worker, a graph, a
+    /// handle, or one taken for the call).
     pub(crate) fn notify(&self) {
+        liveness::check(self, "the executor's state (worker notified)");
         if self.sleep.notify() {
             self.wake_one();
         }
@@ -147,6 +154,12 @@ impl Shared {
     }
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        liveness::died(self as *const Shared);
+    }
+}
+
 fn unpark(slot: &Slot) {
     let thread = slot.thread.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(t) = thread.as_ref() {
@@ -159,7 +172,9 @@ pub(crate) struct Worker {
     pub(crate) index: usize,
     pub(crate) shared: Arc<Shared>,
     local: Deque<TaskPtr>,
-    overflow: SList<Task>,
+    /// Ready tasks that did not fit the deque, collected during one step
+    /// and published to the injector (one CAS) before the next task runs.
+    spill: SList<Task>,
     /// Task blocks, cached per worker (no atomics while the stash lasts).
     pub(crate) cache: BlockCache<&'static BlockPool>,
     /// Retirements not yet subtracted from their scope's count...
@@ -184,20 +199,22 @@ impl Worker {
             index,
             shared,
             local,
-            overflow: SList::new(),
+            spill: SList::new(),
             cache: BlockCache::new(pool),
             retired_scope: None,
             retired_live: 0,
         }
     }
 
-    /// Makes a task ready on this worker.
+    /// Makes a task ready on this worker: on its deque (stealable), or, if
+    /// that is full, in the spill that [`publish_spill`](Self::publish_spill)
+    /// hands to the injector before this worker runs anything else.
     pub(crate) fn push(&mut self, task: NonNull<Task>) {
         if self.local.len() < LOCAL_CAP {
             self.local.push(TaskPtr(task));
         } else {
             // SAFETY: the task is ready and ours; not in any list.
-            unsafe { self.overflow.push_back(task) };
+            unsafe { self.spill.push_back(task) };
         }
         // Idle workers could help: wake one if any is parked and not yet
         // woken (a local push needs no strict protocol: this worker runs
@@ -213,18 +230,34 @@ impl Worker {
         }
     }
 
-    /// The next task to run: own deque, own overflow, injector, steal.
+    /// Hands the spilled tasks to the injector, where every worker can
+    /// take them (called before running any task: a task may block).
+    fn publish_spill(&mut self) {
+        if !self.spill.is_empty() {
+            self.shared.inject_list(std::mem::take(&mut self.spill));
+        }
+    }
+
+    /// The next task to run: own deque, injector, steal.
     fn find(&mut self) -> Option<NonNull<Task>> {
+        self.publish_spill();
         if let Some(t) = self.local.pop() {
             return Some(t.0);
         }
-        if let Some(t) = self.refill() {
-            return Some(t);
-        }
         let mut taken = self.shared.injector.take_all();
-        if !taken.is_empty() {
-            self.overflow.append(&mut taken);
-            return self.refill();
+        if let Some(first) = taken.pop_front() {
+            // Keep what fits the deque (stealable there) and give the rest
+            // back to the injector for the other workers.
+            while self.local.len() < LOCAL_CAP {
+                match taken.pop_front() {
+                    Some(t) => self.local.push(TaskPtr(t)),
+                    None => break,
+                }
+            }
+            if !taken.is_empty() {
+                self.shared.inject_list(taken);
+            }
+            return Some(first);
         }
         let n = self.shared.stealers.len();
         for k in 1..n {
@@ -238,18 +271,6 @@ impl Worker {
             }
         }
         None
-    }
-
-    /// Moves overflow into the deque (up to half its capacity) and pops.
-    fn refill(&mut self) -> Option<NonNull<Task>> {
-        let first = self.overflow.pop_front()?;
-        while self.local.len() < LOCAL_CAP / 2 {
-            match self.overflow.pop_front() {
-                Some(t) => self.local.push(TaskPtr(t)),
-                None => break,
-            }
-        }
-        Some(first)
     }
 
     /// The worker loop; returns at shutdown once no task is left.
@@ -266,7 +287,10 @@ impl Worker {
     }
 
     /// Publishes the batched retirements: scopes may go idle, shutdown may
-    /// see the last task gone.
+    /// see the last task gone. Called when idle, every `FLUSH_EVERY`, and
+    /// before running a task of another scope (so a scope whose last task
+    /// retired here is idle before this worker starts on unrelated, maybe
+    /// long, work).
     fn flush(&mut self) {
         if let Some((scope, n)) = self.retired_scope.take() {
             // SAFETY: our unpublished retirements keep the scope's count
@@ -305,7 +329,7 @@ impl Worker {
         self.flush();
         let shared = self.shared.clone();
         let epoch = shared.sleep.epoch();
-        #[cfg(not(loom))]
+        #[cfg(not(fenceline_loom))]
         if shared.spin {
             let backoff = crossbeam_utils::Backoff::new();
             while !backoff.is_completed() {
@@ -325,12 +349,14 @@ impl Worker {
         if shared.shutdown.load(Ordering::Acquire) && shared.live.load(Ordering::Acquire) == 0 {
             return false;
         }
+        // Park, also at shutdown while some task still runs elsewhere: the
+        // worker that retires the last one wakes everyone (`flush`), and
+        // its epoch bump stops us from parking past it (`announce`).
         let slot = &shared.slots[self.index];
         slot.sleeping.store(true, Ordering::Release);
-        if shared.sleep.announce(epoch) && !shared.shutdown.load(Ordering::Acquire) {
+        if shared.sleep.announce(epoch) {
             let deadline = self.nearest_deadline();
-            while slot.sleeping.load(Ordering::Acquire) && !shared.shutdown.load(Ordering::Acquire)
-            {
+            while slot.sleeping.load(Ordering::Acquire) {
                 match deadline {
                     None => crate::sync::thread::park(),
                     Some(d) => {
@@ -403,6 +429,16 @@ impl Worker {
         loop {
             // SAFETY: a ready task is owned by the worker running it.
             let t = unsafe { task.as_ref() };
+            // Before running anything (it may block): every other ready
+            // task reachable by other workers, and retirements of another
+            // scope published.
+            self.publish_spill();
+            if self
+                .retired_scope
+                .is_some_and(|(scope, _)| scope != t.scope)
+            {
+                self.flush();
+            }
             let flags = t.flags.load(Ordering::Acquire);
             let outcome = if flags & FAILED != 0 {
                 // A predecessor failed: skip the payload (its failure is
@@ -415,10 +451,16 @@ impl Worker {
                 // SAFETY: the vtable matches the payload (set at creation).
                 unsafe { (t.vtable.run)(task, self) }
             };
-            let result = match outcome {
+            let mut result = match outcome {
                 Outcome::Suspended => return,
                 Outcome::Done(r) => r,
             };
+            // Drop the payload now, under the guard: a panic in its
+            // captures' `Drop` fails the task like a panic of its body.
+            // SAFETY: done; the payload is dropped once, here.
+            if let Err(e) = unsafe { drop_payload(task) } {
+                result = result.and(Err(e));
+            }
             let failed = match result {
                 Ok(()) => false,
                 Err(e) => {
@@ -471,15 +513,49 @@ impl Worker {
             }
         }
         let scope: NonNull<ScopeInner> = t.scope;
-        // SAFETY: the task is done; its payload is dropped once.
-        unsafe { free_task(&mut self.cache, task) };
+        // SAFETY: the task is done and its payload dropped (`execute`).
+        unsafe { release_block(&mut self.cache, task) };
         self.count_retired(scope);
         next
     }
 }
 
-/// Drops a task's payload and returns its block (the caller accounts for
-/// the retirement).
+/// Drops a task's payload, turning a panic in its `Drop` into an error.
+///
+/// # Safety
+/// The caller owns `task`, whose payload is live and dropped only here.
+pub(crate) unsafe fn drop_payload(task: NonNull<Task>) -> Result<(), Error> {
+    // SAFETY: owned per contract.
+    let drop = unsafe { task.as_ref() }.vtable.drop;
+    let mut panicked = FirstPanic::default();
+    // SAFETY: the vtable matches the payload, dropped once.
+    panicked.run(|| unsafe { drop(task) });
+    match panicked.take() {
+        None => Ok(()),
+        Some(p) => Err(panic_error("dropping a task's captures", &*p)),
+    }
+}
+
+/// Returns a task's block to `cache` (its payload already dropped).
+///
+/// # Safety
+/// The caller owns `task`, which nobody will touch again; its payload was
+/// dropped; `task` came from `cache`'s pool.
+pub(crate) unsafe fn release_block<P: std::ops::Deref<Target = BlockPool>>(
+    cache: &mut BlockCache<P>,
+    task: NonNull<Task>,
+) {
+    // SAFETY: owned per contract.
+    let block = unsafe { task.as_ref() }.block;
+    // SAFETY: the task sits at the start of block `block` of the cache's pool.
+    let raw = unsafe { RawBlock::from_parts(task.cast(), block) };
+    // SAFETY: from this pool (the cache's), released once.
+    unsafe { cache.release(raw) };
+}
+
+/// Drops a task's payload and returns its block (an unsubmitted graph's
+/// task). A panic in the payload's `Drop` is returned as an error after
+/// the block went back.
 ///
 /// # Safety
 /// The caller owns `task`, which nobody will touch again, and `task` came
@@ -487,14 +563,10 @@ impl Worker {
 pub(crate) unsafe fn free_task<P: std::ops::Deref<Target = BlockPool>>(
     cache: &mut BlockCache<P>,
     task: NonNull<Task>,
-) {
-    // SAFETY: owned per contract.
-    let t = unsafe { task.as_ref() };
-    let block = t.block;
-    // SAFETY: the vtable matches the payload.
-    unsafe { (t.vtable.drop)(task) };
-    // SAFETY: the task sits at the start of block `block` of the cache's pool.
-    let raw = unsafe { RawBlock::from_parts(task.cast(), block) };
-    // SAFETY: from this pool (the cache's), released once.
-    unsafe { cache.release(raw) };
+) -> Result<(), Error> {
+    // SAFETY: forwarded contract.
+    let dropped = unsafe { drop_payload(task) };
+    // SAFETY: forwarded contract; the payload is gone.
+    unsafe { release_block(cache, task) };
+    dropped
 }

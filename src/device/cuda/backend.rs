@@ -11,6 +11,7 @@ use cudarc::driver::sys;
 use super::completer::{Completer, CompletionMode};
 use super::driver::{check, Event, Stream};
 use super::CudaShared;
+use crate::device::teardown::QueueToken;
 use crate::device::Work;
 use crate::error::{Error, ErrorKind};
 use crate::queue::{Backend, Completion};
@@ -41,6 +42,8 @@ pub(crate) struct CudaBackend {
     completer: Completer,
     stream: Arc<Stream>,
     device_waits: bool,
+    /// Tells the device's drop when this queue's state is freed.
+    _token: QueueToken,
 }
 
 impl CudaBackend {
@@ -49,6 +52,7 @@ impl CudaBackend {
         mode: CompletionMode,
         device_waits: bool,
         index: usize,
+        token: QueueToken,
     ) -> Result<CudaBackend, Error> {
         let stream = Arc::new(Stream::new(&shared.ctx)?);
         let completer = Completer::start(mode, shared.ctx.clone(), stream.clone(), index)?;
@@ -57,7 +61,13 @@ impl CudaBackend {
             completer,
             stream,
             device_waits,
+            _token: token,
         })
+    }
+
+    /// The queue's completion thread.
+    pub(crate) fn completion_thread(&self) -> std::thread::ThreadId {
+        self.completer.thread_id
     }
 
     /// Enqueues the action's device waits, work and signal event.

@@ -20,6 +20,7 @@
 //!   recorded after each action's work, in FIFO order.
 
 use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
@@ -71,7 +72,7 @@ pub(crate) struct CompleterShared {
 pub(crate) struct Completer {
     pub(crate) shared: Arc<CompleterShared>,
     thread: Option<JoinHandle<()>>,
-    thread_id: ThreadId,
+    pub(crate) thread_id: ThreadId,
 }
 
 impl Completer {
@@ -186,13 +187,13 @@ fn run(shared: &CompleterShared, ctx: &Context, stream: &Stream, parker: &Parker
                     let Some(work) = fifo.next() else { break };
                     counted += 1;
                     progressed = true;
-                    finish(shared, stream, work);
+                    finish_guarded(shared, stream, work);
                 }
             }
             CompletionMode::EventThread => {
                 for work in fifo.by_ref() {
                     progressed = true;
-                    finish(shared, stream, work);
+                    finish_guarded(shared, stream, work);
                 }
             }
         }
@@ -240,8 +241,17 @@ fn fail_if_faulted(stream: &Stream, fifo: &mut Completions<CudaBackend>) {
         format!("the CUDA stream failed before this work completed: {r:?}"),
     );
     for work in fifo.by_ref() {
-        work.complete(Err(e.clone()));
+        // See `finish_guarded`.
+        let _ = catch_unwind(AssertUnwindSafe(|| work.complete(Err(e.clone()))));
     }
+}
+
+/// [`finish`], on a thread nobody else would notice die: a panic out of a
+/// completion (a timepoint callback that panicked while the action
+/// signalled; the action itself was finished) is dropped, and the thread
+/// goes on completing the queue's work.
+fn finish_guarded(shared: &CompleterShared, stream: &Stream, work: Completion<CudaBackend>) {
+    let _ = catch_unwind(AssertUnwindSafe(|| finish(shared, stream, work)));
 }
 
 /// Waits (event-thread mode), runs a host call, then completes.
@@ -263,7 +273,7 @@ fn finish(shared: &CompleterShared, stream: &Stream, mut work: Completion<CudaBa
             if let Work::HostCall(f) =
                 std::mem::replace(&mut work.payload_mut().work, Work::Barrier)
             {
-                result = crate::task::guarded_call(|| f.call());
+                result = crate::unwind::guarded(|| f.call());
             }
         }
     }

@@ -30,6 +30,7 @@ pub use kernel::{Kernel, KernelArg};
 pub(crate) use backend::{CudaBackend, CudaPayload};
 pub(crate) use kernel::Launch;
 
+use super::teardown::Teardown;
 use crate::error::{Error, ErrorKind};
 use crate::queue::PendingQueue;
 use crate::semaphore::EventPool;
@@ -74,6 +75,7 @@ pub(crate) struct CudaShared {
 pub(crate) struct CudaDevice {
     pub(crate) queues: Vec<PendingQueue<CudaBackend>>,
     pub(crate) shared: Arc<CudaShared>,
+    pub(crate) teardown: Arc<Teardown>,
 }
 
 impl CudaDevice {
@@ -114,13 +116,33 @@ impl CudaDevice {
             pinned: Arc::default(),
             device_waits: Default::default(),
         });
+        let teardown = Teardown::new(config.queues);
         let queues = (0..config.queues)
             .map(|i| {
-                let backend = CudaBackend::new(&shared, config.completion, config.device_waits, i)?;
+                let backend = CudaBackend::new(
+                    &shared,
+                    config.completion,
+                    config.device_waits,
+                    i,
+                    teardown.token(),
+                )?;
                 PendingQueue::new(backend)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(CudaDevice { queues, shared })
+        Ok(CudaDevice {
+            queues,
+            shared,
+            teardown,
+        })
+    }
+
+    /// Whether the calling thread is one of the queues' completion threads
+    /// (where host calls run).
+    pub(crate) fn on_completion_thread(&self) -> bool {
+        let me = std::thread::current().id();
+        self.queues
+            .iter()
+            .any(|q| q.backend().completion_thread() == me)
     }
 
     /// Device name as the driver reports it.
