@@ -178,17 +178,16 @@ impl<P> QueueAction<P> {
         self.entry(self.wait_count as usize + i)
     }
 
-    /// Drops the entries, events and payload and returns every block. A
-    /// panic dropping the payload (user captures) is kept in `panicked`;
-    /// the blocks are returned all the same.
+    /// Drops the entries, events and payload and returns every block.
+    ///
+    /// A panic dropping the payload (user captures: a host call that never
+    /// ran, a recording's dispatch closures) is contained here: the
+    /// action's outcome is already decided and published, so there is
+    /// nothing left to fail, and the blocks are returned all the same.
     ///
     /// # Safety
     /// The caller owns the action; nothing will touch it again.
-    pub(crate) unsafe fn destroy(
-        action: NonNull<QueueAction<P>>,
-        pool: &BlockPool,
-        panicked: &mut FirstPanic,
-    ) {
+    pub(crate) unsafe fn destroy(action: NonNull<QueueAction<P>>, pool: &BlockPool) {
         // SAFETY: owned per contract.
         let a = unsafe { &mut *action.as_ptr() };
         let total = a.total();
@@ -201,7 +200,7 @@ impl<P> QueueAction<P> {
         }
         // SAFETY: the payload was written at creation and not taken; it is
         // dropped once (a panicking `Drop` still counts as dropped).
-        panicked.run(|| unsafe { a.payload.assume_init_drop() });
+        let _ = FirstPanic::default().run(|| unsafe { a.payload.assume_init_drop() });
         let mut next = a.overflow.take();
         while let Some(b) = next {
             // SAFETY: overflow blocks came from `pool`, released once.
@@ -273,9 +272,7 @@ impl<P> Drop for Built<'_, P> {
         a.wait_count = (self.written.min(waits)) as u32;
         a.signal_count = self.written.saturating_sub(waits) as u32;
         // SAFETY: the counts now cover exactly the written entries.
-        let mut panicked = FirstPanic::default();
-        unsafe { QueueAction::destroy(self.action, self.pool, &mut panicked) };
-        panicked.resume();
+        unsafe { QueueAction::destroy(self.action, self.pool) };
     }
 }
 

@@ -463,10 +463,9 @@ impl<B: Backend> Shared<B> {
     ) {
         // SAFETY: the caller owns the finished action.
         let a = unsafe { &*action.as_ptr() };
-        // Signals fire timepoints, and dropping the payload drops user
-        // captures: either may panic. Every signal is still made, the
-        // action still freed and its reference given up; then the first
-        // panic goes on unwinding.
+        // Signals fire timepoints, whose callbacks may panic: every signal
+        // is still made, the action still freed and its reference given
+        // up; then the first panic goes on unwinding.
         let mut panicked = FirstPanic::default();
         for i in 0..a.signal_count as usize {
             let (sem, value) = a.signal(i);
@@ -488,9 +487,8 @@ impl<B: Backend> Shared<B> {
             });
         }
         // SAFETY: owned and done; its blocks go back to our pool (a panic
-        // dropping the payload is caught inside, after which the blocks
-        // are still returned).
-        unsafe { QueueAction::destroy(action, &self.pool, &mut panicked) };
+        // dropping the payload is contained inside).
+        unsafe { QueueAction::destroy(action, &self.pool) };
         // SAFETY: the action's reference, given up once.
         unsafe { Shared::release(self.this) };
         panicked.resume();
