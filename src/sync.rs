@@ -13,6 +13,7 @@
 
 #[cfg(not(fenceline_loom))]
 mod imp {
+    pub(crate) use std::cell::Cell;
     pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use std::thread;
 
@@ -66,6 +67,28 @@ mod imp {
 #[cfg(fenceline_loom)]
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
+
+    /// `std::cell::Cell` for `Copy` values, on loom's `UnsafeCell`, so the
+    /// model checker sees (and checks for races) every access to the plain
+    /// fields of objects shared through raw pointers (task headers).
+    #[derive(Debug)]
+    pub(crate) struct Cell<T: Copy>(UnsafeCell<T>);
+
+    impl<T: Copy> Cell<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Cell(UnsafeCell::new(value))
+        }
+
+        pub(crate) fn get(&self) -> T {
+            // SAFETY: a `Copy` read; loom reports a racing write.
+            self.0.with(|p| unsafe { *p })
+        }
+
+        pub(crate) fn set(&self, value: T) {
+            // SAFETY: loom reports a racing access.
+            self.0.with_mut(|p| unsafe { *p = value })
+        }
+    }
     pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use loom::thread;
 
@@ -96,10 +119,12 @@ pub(crate) use imp::*;
 /// atomics keep working in freed memory. Under `cfg(fenceline_loom)` each
 /// such state records its address when made and removes it when freed, and
 /// every entry point that a thread may reach after handing an object over
-/// asserts the address is still live: a model in which the owner can be
-/// freed in between then fails instead of passing by luck. The check reads
-/// only the registry, never the (maybe freed) state. Without the cfg every
-/// function is an empty inline no-op.
+/// asserts the address is still live, right after its first atomic access
+/// to the state (loom may switch threads just before that access, so a
+/// check placed before it would run "atomically" with the hand-off): a
+/// model in which the owner can be freed in between then fails instead of
+/// passing by luck. The check reads only the registry, never the (maybe
+/// freed) state. Without the cfg every function is an empty inline no-op.
 pub(crate) mod liveness {
     #[cfg(fenceline_loom)]
     static LIVE: std::sync::Mutex<std::collections::BTreeSet<usize>> =

@@ -1,14 +1,12 @@
 //! The CPU backend: queue actions run as task DAGs on the device's
 //! executor.
 
-use std::sync::Mutex;
-
 use super::teardown::QueueToken;
 use super::Work;
 use crate::command_buffer::Command;
 use crate::error::Error;
 use crate::queue::{Backend, Completion};
-use crate::sync::Arc;
+use crate::sync::{Arc, Mutex};
 use crate::task::{ExecutorState, Graph, Scope, TaskId};
 
 /// Command buffers one `execute` keeps without allocating.

@@ -80,7 +80,7 @@ enum DeviceInner {
         queues: Vec<PendingQueue<CpuBackend>>,
         /// Shut down once every queue state is freed (see `Drop`).
         executor: Option<Executor>,
-        teardown: Arc<Teardown>,
+        teardown: crate::sync::Arc<Teardown>,
     },
     #[cfg(feature = "cuda")]
     Cuda(cuda::CudaDevice),
@@ -128,7 +128,12 @@ impl Device {
         })?;
         let teardown = Teardown::new(config.queues);
         let queues = (0..config.queues)
-            .map(|_| PendingQueue::new(CpuBackend::new(executor.state(), teardown.token())))
+            .map(|_| {
+                PendingQueue::new(CpuBackend::new(
+                    executor.state(),
+                    Teardown::token(&teardown),
+                ))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Device {
             inner: Arc::new(DeviceInner::Cpu {

@@ -15,8 +15,8 @@
 //!   last token, once the last action finished, shuts it down without
 //!   joining, and the workers exit on their own.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::{Arc, Mutex, MutexGuard};
 
 use crate::semaphore::{Semaphore, Timeout};
 use crate::task::Executor;
@@ -42,8 +42,8 @@ impl Teardown {
     }
 
     /// The token one queue's backend holds (one per queue counted in `new`).
-    pub(crate) fn token(self: &Arc<Teardown>) -> QueueToken {
-        QueueToken(self.clone())
+    pub(crate) fn token(this: &Arc<Teardown>) -> QueueToken {
+        QueueToken(this.clone())
     }
 
     /// Blocks until every queue state is freed (every action finished).
@@ -65,7 +65,7 @@ impl Teardown {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Executor>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Executor>> {
         self.deferred.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -276,7 +276,6 @@ impl<B: Backend> Shared<B> {
     /// the backend's issuer. The caller holds a reference (a handle, an
     /// action it owns, or one taken for the call).
     fn request_issue(&self) {
-        liveness::check(self, "a queue's state (issue requested)");
         if self.backend.can_issue_inline() {
             self.issue();
         } else {
@@ -295,6 +294,9 @@ impl<B: Backend> Shared<B> {
         // AcqRel: acquire what requesters published before bumping;
         // release our own pushes to the issuer we may hand over to.
         let mut seen = self.requests.fetch_add(1, Ordering::AcqRel) + 1;
+        // After the first access: the model checker may run another thread
+        // (one that frees the state) just before it.
+        liveness::check(self, "a queue's state (issue requested)");
         if seen != 1 {
             return;
         }

@@ -206,16 +206,16 @@ pub(crate) fn new_task<T, P: std::ops::Deref<Target = crate::pool::BlockPool>>(
     unsafe {
         let t = task.as_ptr();
         addr_of_mut!((*t).next).write(crate::list::SingleLinks::new());
-        addr_of_mut!((*t).fork_next).write(std::cell::Cell::new(None));
-        addr_of_mut!((*t).completion).write(std::cell::Cell::new(None));
+        addr_of_mut!((*t).fork_next).write(crate::sync::Cell::new(None));
+        addr_of_mut!((*t).completion).write(crate::sync::Cell::new(None));
         addr_of_mut!((*t).pending).write(super::counters::JoinCount::new(0));
         addr_of_mut!((*t).flags).write(crate::sync::atomic::AtomicU32::new(0));
         addr_of_mut!((*t).scope).write(scope);
         addr_of_mut!((*t).vtable).write(vtable);
         addr_of_mut!((*t).block).write(block.index());
-        addr_of_mut!((*t).forked).write(std::cell::Cell::new(false));
-        addr_of_mut!((*t).runs).write(std::cell::Cell::new(0));
-        addr_of_mut!((*t).seq).write(std::cell::Cell::new(0));
+        addr_of_mut!((*t).forked).write(crate::sync::Cell::new(false));
+        addr_of_mut!((*t).runs).write(crate::sync::Cell::new(0));
+        addr_of_mut!((*t).seq).write(crate::sync::Cell::new(0));
         Task::payload_ptr::<T>(task).write(payload);
     }
     Ok(task)
@@ -339,7 +339,7 @@ pub(crate) struct WaitState {
     pub(crate) deadline: Option<Instant>,
     timepoint: Timepoint,
     /// In `shared.waits`; guarded by that lock.
-    listed: std::cell::Cell<bool>,
+    listed: crate::sync::Cell<bool>,
 }
 crate::impl_linked!(WaitState, links: DoubleLinks<WaitState>);
 
@@ -353,7 +353,7 @@ impl WaitState {
             value,
             deadline,
             timepoint: Timepoint::new(value, wait_wake, std::ptr::null()),
-            listed: std::cell::Cell::new(false),
+            listed: crate::sync::Cell::new(false),
         }
     }
 

@@ -1,6 +1,5 @@
 //! The task: a 64-byte header and a payload in one 256-byte pool block.
 
-use std::cell::Cell;
 use std::mem::{self, MaybeUninit};
 use std::ptr::NonNull;
 
@@ -10,6 +9,7 @@ use super::worker::Worker;
 use crate::error::Error;
 use crate::list::SingleLinks;
 use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::Cell;
 
 /// Bytes of payload after the 64-byte header.
 pub(crate) const PAYLOAD: usize = 192;

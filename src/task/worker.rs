@@ -126,8 +126,11 @@ impl Shared {
     /// The caller holds a reference to the executor (a worker, a graph, a
     /// handle, or one taken for the call).
     pub(crate) fn notify(&self) {
+        let sleepers = self.sleep.notify();
+        // After the first access: the model checker may run another thread
+        // (one that frees the state) just before it.
         liveness::check(self, "the executor's state (worker notified)");
-        if self.sleep.notify() {
+        if sleepers {
             self.wake_one();
         }
     }

@@ -75,7 +75,7 @@ pub(crate) struct CudaShared {
 pub(crate) struct CudaDevice {
     pub(crate) queues: Vec<PendingQueue<CudaBackend>>,
     pub(crate) shared: Arc<CudaShared>,
-    pub(crate) teardown: Arc<Teardown>,
+    pub(crate) teardown: crate::sync::Arc<Teardown>,
 }
 
 impl CudaDevice {
@@ -124,7 +124,7 @@ impl CudaDevice {
                     config.completion,
                     config.device_waits,
                     i,
-                    teardown.token(),
+                    Teardown::token(&teardown),
                 )?;
                 PendingQueue::new(backend)
             })
