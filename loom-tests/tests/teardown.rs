@@ -10,6 +10,7 @@ use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::PendingQueue;
 use fenceline::task::{Executor, ExecutorConfig, Scope};
 use fenceline::{CpuConfig, Device, ErrorKind, Semaphore, Timeout};
+use fenceline_loom_tests::big_model;
 use loom::thread;
 
 // Mutation caught: `queue_wake` (src/queue/pending.rs) pushing the woken
@@ -43,14 +44,6 @@ fn queue_dropped_while_a_signal_wakes_its_action() {
 // holding a reference to it (the task runs and retires, the executor's
 // drop finishes and frees the state before the notify: "use after free:
 // the executor's state").
-/// A model with worker threads: many more steps than loom's defaults allow.
-fn big_model() -> loom::model::Builder {
-    let mut builder = loom::model::Builder::new();
-    builder.max_branches = 100_000;
-    builder.preemption_bound = builder.preemption_bound.or(Some(2));
-    builder
-}
-
 #[test]
 fn executor_dropped_while_a_signal_wakes_a_wait_task() {
     big_model().check(|| {

@@ -77,6 +77,11 @@ fn check(list: &[(&Semaphore, u64)], mode: Mode) -> Option<Result<usize, Error>>
 /// The waiting thread, shared by its timepoints.
 struct Waiter {
     thread: Thread,
+    /// Set by a callback before it unparks the thread; the thread reads it
+    /// with a read-modify-write after each park, which orders the signal
+    /// before its re-check however the platform's unpark orders memory
+    /// (std's does; the model checker's does not).
+    woken: AtomicBool,
 }
 
 /// One registered timepoint of a host wait.
@@ -97,7 +102,9 @@ struct WaitNode {
 unsafe fn wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     let node = tp.cast::<WaitNode>();
     // SAFETY: both alive until `done` is set below (contract).
-    let thread = unsafe { (*tp.as_ref().context().cast::<Waiter>()).thread.clone() };
+    let waiter = unsafe { &*tp.as_ref().context().cast::<Waiter>() };
+    let thread = waiter.thread.clone();
+    waiter.woken.store(true, Ordering::Release);
     // Release: the waiter may return (and free the node) once it sees this;
     // after this store we touch neither the node nor the waiter.
     // SAFETY: as above.
@@ -132,6 +139,7 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
     }
     let waiter = Waiter {
         thread: thread::current(),
+        woken: AtomicBool::new(false),
     };
     let context = (&waiter as *const Waiter).cast::<()>();
     let mut inline: [MaybeUninit<WaitNode>; INLINE_WAITS] =
@@ -155,7 +163,7 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
     // no `&mut` to a node may be made while they do. The storage is neither
     // moved nor resized until the nodes are dropped below.
     let base: *mut WaitNode = nodes.as_mut_ptr().cast();
-    let result = park_until(list, base, mode, timeout, deadline);
+    let result = park_until(list, base, &waiter, mode, timeout, deadline);
     unregister(list, base);
     for i in 0..list.len() {
         // SAFETY: every node was written above and is dropped once.
@@ -176,6 +184,7 @@ unsafe fn node_tp(base: *mut WaitNode, i: usize) -> NonNull<Timepoint> {
 fn park_until(
     list: &[(&Semaphore, u64)],
     base: *mut WaitNode,
+    waiter: &Waiter,
     mode: Mode,
     timeout: Timeout,
     deadline: Option<Instant>,
@@ -195,6 +204,8 @@ fn park_until(
         }
     }
     loop {
+        // See `Waiter::woken` (the value matters only for its ordering).
+        let _ = waiter.woken.swap(false, Ordering::AcqRel);
         if let Some(done) = check(list, mode) {
             return done;
         }
@@ -227,7 +238,8 @@ fn unregister(list: &[(&Semaphore, u64)], base: *mut WaitNode) {
         // The callback owns the node until it sets `done` (a few
         // instructions after unlinking it): wait for that.
         // SAFETY: initialized; `done` is atomic, read through `base`.
-        while !unsafe { &(*base.add(i)).done }.load(Ordering::Acquire) {
+        // A read-modify-write: reads the latest value (as `Waiter::woken`).
+        while !unsafe { &(*base.add(i)).done }.fetch_or(false, Ordering::Acquire) {
             crate::sync::thread::yield_now();
         }
     }

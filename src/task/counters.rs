@@ -115,6 +115,14 @@ impl SleepState {
         self.0.fetch_add(SLEEPER, Ordering::AcqRel) & !(EPOCH - 1) == epoch
     }
 
+    /// The current epoch, read with a read-modify-write: the latest value
+    /// whatever the caller synchronized with (a parked worker re-checks
+    /// with it after waking: an unpark alone need not order memory under
+    /// the model checker).
+    pub fn epoch_now(&self) -> u64 {
+        self.0.fetch_add(0, Ordering::Acquire) & !(EPOCH - 1)
+    }
+
     /// The caller is no longer a sleeper.
     pub fn leave(&self) {
         self.0.fetch_sub(SLEEPER, Ordering::AcqRel);

@@ -2,13 +2,12 @@
 
 use std::fmt;
 
-use crossbeam_deque::Worker as Deque;
+use super::deque::Worker as Deque;
 
 use super::graph::Graph;
 use super::scope::Scope;
 use super::worker::{Shared, Worker};
 use crate::error::{Error, ErrorKind};
-use crate::sync::atomic::Ordering;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{liveness, Arc};
 
@@ -123,16 +122,14 @@ impl Executor {
     /// once the last task retired (for an owner that may be on any
     /// thread, including one that work it waits for depends on).
     pub(crate) fn shut_down_detached(mut self) {
-        self.shared.shutdown.store(true, Ordering::Release);
-        self.shared.wake_all();
+        self.shared.begin_shutdown();
         self.threads.clear();
     }
 }
 
 impl Drop for Executor {
     fn drop(&mut self) {
-        self.shared.shutdown.store(true, Ordering::Release);
-        self.shared.wake_all();
+        self.shared.begin_shutdown();
         if self.on_worker_thread() {
             // Joining would wait for the task running this drop: detach;
             // the workers exit once the last task retired, and the last of

@@ -10,6 +10,7 @@
 //! not depend on it still do. A panic in user code becomes an error.
 
 mod counters;
+mod deque;
 mod executor;
 mod graph;
 mod kinds;

@@ -24,7 +24,7 @@
 use std::ptr::NonNull;
 use std::time::Instant;
 
-use crossbeam_deque::{Steal, Stealer, Worker as Deque};
+use super::deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_utils::CachePadded;
 
 use super::counters::SleepState;
@@ -34,13 +34,14 @@ use super::task::{Outcome, Task, TaskPtr, CANCELLED, FAILED};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, SList, TransferStack};
 use crate::pool::{BlockCache, BlockPool, RawBlock};
-use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use crate::sync::thread::Thread;
 use crate::sync::{liveness, Arc, Mutex, MutexGuard};
 use crate::unwind::{panic_error, FirstPanic};
 
 /// Tasks a worker's deque holds before the rest spill to the injector.
-pub(crate) const LOCAL_CAP: usize = 64;
+/// (1 under the model checker, so that small models reach the spill path.)
+pub(crate) const LOCAL_CAP: usize = if cfg!(fenceline_loom) { 1 } else { 64 };
 
 /// One worker's slot in the shared state.
 pub(crate) struct Slot {
@@ -147,11 +148,22 @@ impl Shared {
         }
     }
 
+    /// Starts the shutdown: workers exit once no task is left.
+    pub(crate) fn begin_shutdown(&self) {
+        self.shutdown.store(true, Ordering::Relaxed);
+        // Pairs with the fences of `Worker::flush` and `Worker::idle`.
+        fence(Ordering::SeqCst);
+        self.wake_all();
+    }
+
     /// Wakes every worker (shutdown, or the last task retired under it).
     pub(crate) fn wake_all(&self) {
         self.sleep.notify();
         for slot in self.slots.iter() {
-            slot.sleeping.store(false, Ordering::Release);
+            // A swap (as `wake_one`), not a store: it comes after the
+            // sleeper's `true` in the flag's order, so the sleeper's RMW
+            // read below sees it cleared.
+            slot.sleeping.swap(false, Ordering::AcqRel);
             unpark(slot);
         }
     }
@@ -302,10 +314,17 @@ impl Worker {
         }
         if self.retired_live > 0 {
             let n = std::mem::take(&mut self.retired_live);
-            if self.shared.live.fetch_sub(n, Ordering::AcqRel) == n
-                && self.shared.shutdown.load(Ordering::Acquire)
-            {
-                self.shared.wake_all();
+            if self.shared.live.fetch_sub(n, Ordering::AcqRel) == n {
+                // The last task retired. With the fences of
+                // `begin_shutdown` and `idle`'s exit check (a store-load
+                // race): either this sees the shutdown and wakes everyone,
+                // or an idle worker that sees the shutdown also sees `live`
+                // at zero and exits instead of parking. (loom found a
+                // worker parked for good at shutdown without the fences.)
+                fence(Ordering::SeqCst);
+                if self.shared.shutdown.load(Ordering::Relaxed) {
+                    self.shared.wake_all();
+                }
             }
         }
     }
@@ -349,7 +368,9 @@ impl Worker {
         if self.expire_waits() {
             return true; // requeued waits on our own deque: run them
         }
-        if shared.shutdown.load(Ordering::Acquire) && shared.live.load(Ordering::Acquire) == 0 {
+        // The fence pairs with those of `flush` and `begin_shutdown`.
+        fence(Ordering::SeqCst);
+        if shared.shutdown.load(Ordering::Relaxed) && shared.live.load(Ordering::Acquire) == 0 {
             return false;
         }
         // Park, also at shutdown while some task still runs elsewhere: the
@@ -359,7 +380,10 @@ impl Worker {
         slot.sleeping.store(true, Ordering::Release);
         if shared.sleep.announce(epoch) {
             let deadline = self.nearest_deadline();
-            while slot.sleeping.load(Ordering::Acquire) {
+            // Sleep until the epoch moves: every wake (`notify`, `wake_all`)
+            // bumps it before unparking, so a wake-up is never missed and a
+            // stale unpark token only costs one more look.
+            while shared.sleep.epoch_now() == epoch {
                 match deadline {
                     None => crate::sync::thread::park(),
                     Some(d) => {
