@@ -137,6 +137,36 @@ fn a_host_call_may_submit_the_next_stage_then_drop_the_last_handle() {
     });
 }
 
+// Mutation caught: `Device` drop waiting for its queues to drain when it
+// runs inside one of their issue passes (here: a pending host call holding
+// the last handles is failed by a signal on the test thread; the pass that
+// fails it drops the captures, and the drop waited for that very pass).
+// Found by the soak test.
+#[test]
+fn a_pending_action_holding_the_last_handles_may_be_failed() {
+    within(
+        "failing a pending action that holds the last handles",
+        || {
+            let device = cpu(1, 1);
+            let queue = device.queue(0).unwrap();
+            let (gate, out, freed) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+            let held = (device, queue.clone(), SignalOnDrop(freed.clone()));
+            queue
+                .host_call(&[(&gate, 1)], &[(&out, 1)], move || {
+                    let _ = &held;
+                    Ok(())
+                })
+                .unwrap();
+            drop(queue);
+            gate.fail(Error::new(ErrorKind::Aborted, "the gate failed"));
+            freed
+                .wait(1, LIMIT)
+                .expect("dropping the last handle returned");
+            assert_eq!(out.query().unwrap_err().kind(), ErrorKind::Aborted);
+        },
+    );
+}
+
 // Mutation caught: `Executor` drop joining its workers from one of them
 // (a task that captured the executor: joining itself).
 #[test]

@@ -69,8 +69,9 @@ impl Default for CpuConfig {
 /// semaphores (its signals fail with `Cancelled`), lets issued work
 /// finish, and joins every thread. The last handle may be dropped inside
 /// the device's own work (a host call or dispatch closure that captured
-/// it): that drop does not wait for the work running it; the device's
-/// threads exit and its memory is freed once that work has finished.
+/// it, run, finished or cancelled, on whatever thread that happens): that
+/// drop does not wait for the work running it; the device's threads exit
+/// and its memory is freed once that work has finished.
 pub struct Device {
     inner: Arc<DeviceInner>,
 }
@@ -264,7 +265,11 @@ impl Drop for DeviceInner {
                 executor,
                 teardown,
             } => {
-                let inside = executor.as_ref().is_some_and(|e| e.on_worker_thread());
+                // Inside its own work: on one of its workers, or inside an
+                // issue pass (the drop of a cancelled or finished action's
+                // captures, on whatever thread ran the pass).
+                let inside = crate::queue::in_issue_pass()
+                    || executor.as_ref().is_some_and(|e| e.on_worker_thread());
                 queues.clear();
                 let Some(executor) = executor.take() else {
                     return;
@@ -278,7 +283,7 @@ impl Drop for DeviceInner {
             }
             #[cfg(feature = "cuda")]
             DeviceInner::Cuda(d) => {
-                let inside = d.on_completion_thread();
+                let inside = crate::queue::in_issue_pass() || d.on_completion_thread();
                 d.queues.clear();
                 if !inside {
                     d.teardown.wait_drained();

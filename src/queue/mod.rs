@@ -37,4 +37,5 @@ mod pending;
 pub mod testing;
 
 pub use backend::{Backend, Completion, CompletionStack, Completions};
+pub(crate) use pending::in_issue_pass;
 pub use pending::PendingQueue;

@@ -200,6 +200,40 @@ impl<B: Backend> Drop for PendingQueue<B> {
     }
 }
 
+#[cfg(not(fenceline_loom))]
+std::thread_local! {
+    static PASS_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+#[cfg(fenceline_loom)]
+loom::thread_local! {
+    static PASS_DEPTH: std::cell::Cell<u32> = std::cell::Cell::new(0);
+}
+
+/// Marks the calling thread as running an issue pass (nested passes of
+/// other queues included) until dropped, even when unwinding.
+struct PassDepth;
+
+impl PassDepth {
+    fn enter() -> PassDepth {
+        PASS_DEPTH.with(|d| d.set(d.get() + 1));
+        PassDepth
+    }
+}
+
+impl Drop for PassDepth {
+    fn drop(&mut self) {
+        PASS_DEPTH.with(|d| d.set(d.get() - 1));
+    }
+}
+
+/// Whether the calling thread is inside some queue's issue pass: a device
+/// whose last handle is dropped there (a cancelled action's captures, on
+/// the thread whose signal ran the pass) must not wait for its queues to
+/// drain, since this very pass holds one of them.
+pub(crate) fn in_issue_pass() -> bool {
+    PASS_DEPTH.with(|d| d.get() > 0)
+}
+
 /// `u64::MAX` is the reserved failure value: a wait on it can never be met
 /// and a signal of it would fail the semaphore. Rejected before anything
 /// is touched.
@@ -300,6 +334,7 @@ impl<B: Backend> Shared<B> {
         if seen != 1 {
             return;
         }
+        let _pass = PassDepth::enter();
         let mut panicked = FirstPanic::default();
         loop {
             // SAFETY: the counter went from 0 to 1 under us: we are the only
