@@ -185,7 +185,6 @@ fn unpark(slot: &Slot) {
 /// A worker thread's private state.
 pub(crate) struct Worker {
     pub(crate) index: usize,
-    pub(crate) shared: Arc<Shared>,
     local: Deque<TaskPtr>,
     /// Ready tasks that did not fit the deque, collected during one step
     /// and published to the injector (one CAS) before the next task runs.
@@ -197,6 +196,10 @@ pub(crate) struct Worker {
     /// ... and from `shared.live` (flushed when idle, on a scope change,
     /// or every `FLUSH_EVERY`).
     retired_live: usize,
+    /// Declared last, so dropped last: `cache` gives its blocks back to
+    /// `shared.pool` when dropped, and a worker of a detached executor
+    /// may hold the last reference to it.
+    pub(crate) shared: Arc<Shared>,
 }
 
 /// Retirements a worker batches before publishing them.
