@@ -127,8 +127,9 @@ impl<B: Backend> Completion<B> {
     pub fn complete(self, result: Result<(), Error>) {
         let (action, shared) = (self.action, self.shared);
         std::mem::forget(self);
-        // SAFETY: the queue's shared state outlives its actions.
-        unsafe { shared.as_ref() }.finish(action, result, false);
+        // SAFETY: the token owns the action, whose reference keeps the
+        // state alive until `finish` gives it up.
+        unsafe { Shared::finish(shared, action, result, false) };
     }
 
     /// As [`complete`](Self::complete), but a signal whose value is already
@@ -138,22 +139,20 @@ impl<B: Backend> Completion<B> {
     pub fn complete_reached_ok(self, result: Result<(), Error>) {
         let (action, shared) = (self.action, self.shared);
         std::mem::forget(self);
-        // SAFETY: the queue's shared state outlives its actions.
-        unsafe { shared.as_ref() }.finish(action, result, true);
+        // SAFETY: as in `complete`.
+        unsafe { Shared::finish(shared, action, result, true) };
     }
 }
 
 impl<B: Backend> Drop for Completion<B> {
     fn drop(&mut self) {
         // SAFETY: as in `complete`.
-        unsafe { self.shared.as_ref() }.finish(
-            self.action,
-            Err(Error::new(
-                ErrorKind::Internal,
-                "backend dropped an issued action without completing it",
-            )),
-            false,
+        let error = Error::new(
+            ErrorKind::Internal,
+            "backend dropped an issued action without completing it (or panicked in issue)",
         );
+        // SAFETY: as in `complete`.
+        unsafe { Shared::finish(self.shared, self.action, Err(error), false) };
     }
 }
 

@@ -137,7 +137,9 @@ impl<B: Backend> PendingQueue<B> {
             }
             return Err(e);
         }
-        let owner = (shared as *const Shared<B>).cast::<()>();
+        // The state's own pointer (its allocation's provenance): the last
+        // reference may be released, and the state freed, through it.
+        let owner = shared.this.as_ptr().cast_const().cast::<()>();
         let action = QueueAction::create(
             &shared.pool,
             waits,
@@ -277,13 +279,35 @@ unsafe fn queue_wake<B: Backend>(tp: NonNull<Timepoint>, _result: Result<(), Err
     let shared = unsafe { this.as_ref() };
     // Hold our own reference across the hand-off and the issue request:
     // once the action is on the woken stack, a pass (a shutdown's, on
-    // another thread) may finish it, and with it the last reference.
-    shared.refs.fetch_add(1, Ordering::Relaxed);
+    // another thread) may finish it, and with it the last reference. The
+    // guard gives it up even if the pass panics out of `request_issue`.
+    let _held = Reference::take(this);
     // SAFETY: the fired timepoint gave us the action; the stack takes it.
     unsafe { shared.woken.push(action) };
     shared.request_issue();
-    // SAFETY: the reference taken above.
-    unsafe { Shared::release(this) };
+}
+
+/// One counted reference to a queue's state, given up when dropped (also
+/// while unwinding).
+struct Reference<B: Backend>(NonNull<Shared<B>>);
+
+impl<B: Backend> Reference<B> {
+    /// Takes a new reference to `this`, which the caller keeps alive until
+    /// this returns (it holds a reference itself).
+    fn take(this: NonNull<Shared<B>>) -> Reference<B> {
+        // SAFETY: alive per contract.
+        unsafe { this.as_ref() }
+            .refs
+            .fetch_add(1, Ordering::Relaxed);
+        Reference(this)
+    }
+}
+
+impl<B: Backend> Drop for Reference<B> {
+    fn drop(&mut self) {
+        // SAFETY: the reference taken in `take`, given up once.
+        unsafe { Shared::release(self.0) };
+    }
 }
 
 enum Class {
@@ -396,7 +420,9 @@ impl<B: Backend> Shared<B> {
 
     fn handle(&self, st: &mut IssuerState<B::Payload>, action: NonNull<Action<B>>, closed: bool) {
         if closed {
-            self.finish(action, Err(cancelled()), false);
+            // SAFETY: the issuer owns the action; the caller of the pass
+            // holds a reference, so the state outlives this call.
+            unsafe { Shared::finish(self.this, action, Err(cancelled()), false) };
             return;
         }
         // The backend and `device_wait` are user code (a custom `Backend`):
@@ -413,15 +439,15 @@ impl<B: Backend> Shared<B> {
             }
             // SAFETY: armed and ours to list.
             Ok(Class::Pending) => unsafe { st.pending.push_back(action) },
-            Ok(Class::Failed(e)) => self.finish(action, Err(e), false),
+            // SAFETY: the issuer owns the action; the caller of the pass
+            // holds a reference, so the state outlives this call.
+            Ok(Class::Failed(e)) => unsafe { Shared::finish(self.this, action, Err(e), false) },
             Err(panic) => {
                 // Not armed anywhere: `classify` arms last, and a
                 // registration does not run user code.
-                self.finish(
-                    action,
-                    Err(panic_error("the backend's device_wait", &*panic)),
-                    false,
-                );
+                let e = panic_error("the backend's device_wait", &*panic);
+                // SAFETY: as above.
+                unsafe { Shared::finish(self.this, action, Err(e), false) };
             }
         }
     }
@@ -484,7 +510,8 @@ impl<B: Backend> Shared<B> {
             if unsafe { sem.cancel(NonNull::from(&a.timepoint)) } {
                 // SAFETY: linked in `pending`; now ours.
                 unsafe { st.pending.erase(action) };
-                self.finish(action, Err(cancelled()), false);
+                // SAFETY: as in `handle`.
+                unsafe { Shared::finish(self.this, action, Err(cancelled()), false) };
             }
         }
     }
@@ -492,12 +519,20 @@ impl<B: Backend> Shared<B> {
     /// Signals (or fails) the action's semaphores and frees it.
     /// `reached_ok`: a signal value already reached is not an error (see
     /// [`Completion::complete_reached_ok`]).
-    pub(crate) fn finish(
-        &self,
+    ///
+    /// # Safety
+    /// `this` is a live queue state and the caller owns `action`, one of
+    /// its actions, whose reference this gives up: the state may be freed
+    /// before this returns (so it takes a pointer, not `&self`).
+    pub(crate) unsafe fn finish(
+        this: NonNull<Shared<B>>,
         action: NonNull<Action<B>>,
         result: Result<(), Error>,
         reached_ok: bool,
     ) {
+        // SAFETY: the action's reference keeps the state alive until the
+        // release below; this borrow is not used after it.
+        let shared = unsafe { this.as_ref() };
         // SAFETY: the caller owns the finished action.
         let a = unsafe { &*action.as_ptr() };
         // Signals fire timepoints, whose callbacks may panic: every signal
@@ -525,9 +560,9 @@ impl<B: Backend> Shared<B> {
         }
         // SAFETY: owned and done; its blocks go back to our pool (a panic
         // dropping the payload is contained inside).
-        unsafe { QueueAction::destroy(action, &self.pool) };
+        unsafe { QueueAction::destroy(action, &shared.pool) };
         // SAFETY: the action's reference, given up once.
-        unsafe { Shared::release(self.this) };
+        unsafe { Shared::release(this) };
         panicked.resume();
     }
 }

@@ -107,8 +107,9 @@ unsafe fn wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     waiter.woken.store(true, Ordering::Release);
     // Release: the waiter may return (and free the node) once it sees this;
     // after this store we touch neither the node nor the waiter.
-    // SAFETY: as above.
-    unsafe { node.as_ref() }.done.store(true, Ordering::Release);
+    // SAFETY: as above. A field projection, not `&WaitNode`: the waiter
+    // writes the node's other, non-atomic fields meanwhile.
+    unsafe { &*std::ptr::addr_of!((*node.as_ptr()).done) }.store(true, Ordering::Release);
     thread.unpark();
 }
 
