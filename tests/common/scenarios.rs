@@ -162,7 +162,7 @@ macro_rules! scenario_tests {
 #[macro_export]
 macro_rules! all_scenarios {
     ($rig:expr) => {
-        $crate::scenario_tests!($rig; queue_index_is_checked, submit_with_no_command_buffers_and_signal, submit_with_wait_stays_until_the_host_signals, multiple_waits_and_signals, intermediate_semaphore_between_two_batches, two_batches_on_two_queues_wait_on_one_former_batch_submitted_in_reverse, batches_waiting_on_values_1_and_2_of_a_producer_signalling_3, batch_waiting_on_another_batch_and_a_host_signal, wait_on_a_smaller_value_before_and_after_it_was_signalled, failed_wait_propagates_and_the_payload_does_not_run, fill_barrier_update_barrier_copy_reads_back_exactly, every_bad_recording_input_is_an_error, one_command_buffer_reused_for_200_chained_submissions, two_threads_submit_interleaved_links_of_one_chain, host_calls_run_and_a_panic_fails_the_signals, drop_with_pending_work_cancels_it, queue_handles_outlive_the_device_handle);
+        $crate::scenario_tests!($rig; queue_index_is_checked, submit_with_no_command_buffers_and_signal, submit_with_wait_stays_until_the_host_signals, multiple_waits_and_signals, intermediate_semaphore_between_two_batches, two_batches_on_two_queues_wait_on_one_former_batch_submitted_in_reverse, batches_waiting_on_values_1_and_2_of_a_producer_signalling_3, batch_waiting_on_another_batch_and_a_host_signal, wait_on_a_smaller_value_before_and_after_it_was_signalled, failed_wait_propagates_and_the_payload_does_not_run, fill_barrier_update_barrier_copy_reads_back_exactly, every_bad_recording_input_is_an_error, one_command_buffer_reused_for_200_chained_submissions, two_threads_submit_interleaved_links_of_one_chain, host_calls_run_and_a_panic_fails_the_signals, drop_with_pending_work_cancels_it, queue_handles_outlive_the_device_handle, a_host_call_holding_the_last_handles_finishes, a_pending_host_call_holding_the_last_handles_may_be_failed);
     };
 }
 
@@ -497,4 +497,64 @@ pub fn queue_handles_outlive_the_device_handle(rig: &Rig) {
     };
     q.barrier(&[], &[(&s, 1)]).unwrap();
     s.wait(1, Timeout::Never).unwrap();
+}
+
+/// Signals its semaphore when dropped: placed after a handle in a tuple, it
+/// reports that the handle's drop returned.
+struct SignalOnDrop(Semaphore);
+impl Drop for SignalOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.signal(1);
+    }
+}
+
+/// Runs `f` on its own thread: a hang fails the test after `LONG`.
+fn within(what: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(LONG)
+        .unwrap_or_else(|e| panic!("{what}: {e:?} (a hang, or a panic above)"));
+}
+
+// Mutation caught: a device's drop waiting for its in-flight work wherever
+// it runs (here inside the host call holding the last handles: a hang).
+pub fn a_host_call_holding_the_last_handles_finishes(rig: &Rig) {
+    let d = rig.device(1);
+    within("host call dropping the last handles", move || {
+        let q = d.queue(0).unwrap();
+        let (done, freed) = (Semaphore::new(0), Semaphore::new(0));
+        let held = (d, q.clone(), SignalOnDrop(freed.clone()));
+        q.host_call(&[], &[(&done, 1)], move || {
+            drop(held);
+            Ok(())
+        })
+        .unwrap();
+        drop(q);
+        freed.wait(1, LONG).expect("the drop inside the host call returned");
+        done.wait(1, LONG).unwrap();
+    });
+}
+
+// Mutation caught: a device's drop waiting for its queues to drain inside
+// one of their issue passes (a signal fails a pending host call holding
+// the last handles: the pass dropping them waited for itself).
+pub fn a_pending_host_call_holding_the_last_handles_may_be_failed(rig: &Rig) {
+    let d = rig.device(1);
+    within("failing a pending host call holding the last handles", move || {
+        let q = d.queue(0).unwrap();
+        let (gate, out, freed) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+        let held = (d, q.clone(), SignalOnDrop(freed.clone()));
+        q.host_call(&[(&gate, 1)], &[(&out, 1)], move || {
+            let _ = &held;
+            Ok(())
+        })
+        .unwrap();
+        drop(q);
+        gate.fail(Error::new(ErrorKind::Aborted, "the gate failed"));
+        freed.wait(1, LONG).expect("the drop inside the pass returned");
+        assert_eq!(out.query().unwrap_err().kind(), ErrorKind::Aborted);
+    });
 }
