@@ -533,7 +533,9 @@ pub fn a_host_call_holding_the_last_handles_finishes(rig: &Rig) {
         })
         .unwrap();
         drop(q);
-        freed.wait(1, LONG).expect("the drop inside the host call returned");
+        freed
+            .wait(1, LONG)
+            .expect("the drop inside the host call returned");
         done.wait(1, LONG).unwrap();
     });
 }
@@ -543,18 +545,23 @@ pub fn a_host_call_holding_the_last_handles_finishes(rig: &Rig) {
 // the last handles: the pass dropping them waited for itself).
 pub fn a_pending_host_call_holding_the_last_handles_may_be_failed(rig: &Rig) {
     let d = rig.device(1);
-    within("failing a pending host call holding the last handles", move || {
-        let q = d.queue(0).unwrap();
-        let (gate, out, freed) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
-        let held = (d, q.clone(), SignalOnDrop(freed.clone()));
-        q.host_call(&[(&gate, 1)], &[(&out, 1)], move || {
-            let _ = &held;
-            Ok(())
-        })
-        .unwrap();
-        drop(q);
-        gate.fail(Error::new(ErrorKind::Aborted, "the gate failed"));
-        freed.wait(1, LONG).expect("the drop inside the pass returned");
-        assert_eq!(out.query().unwrap_err().kind(), ErrorKind::Aborted);
-    });
+    within(
+        "failing a pending host call holding the last handles",
+        move || {
+            let q = d.queue(0).unwrap();
+            let (gate, out, freed) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+            let held = (d, q.clone(), SignalOnDrop(freed.clone()));
+            q.host_call(&[(&gate, 1)], &[(&out, 1)], move || {
+                let _ = &held;
+                Ok(())
+            })
+            .unwrap();
+            drop(q);
+            gate.fail(Error::new(ErrorKind::Aborted, "the gate failed"));
+            freed
+                .wait(1, LONG)
+                .expect("the drop inside the pass returned");
+            assert_eq!(out.query().unwrap_err().kind(), ErrorKind::Aborted);
+        },
+    );
 }
