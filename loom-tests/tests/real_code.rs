@@ -25,9 +25,11 @@ fn exec(workers: usize) -> Executor {
 }
 
 // Catches: a task run twice or never (a lost wake-up parks both workers
-// with work queued: the model deadlocks; mutation checked: `notify` never
-// unparking a sleeper); a scope that reports idle before its last
-// retirement is published (the count below is then short). The spill path
+// with work queued: the model deadlocks); a scope that reports idle before
+// its last retirement is published (the count below is then short).
+// Mutation tried: `notify` never unparking a sleeper. The model fails, but
+// with a loom causality violation rather than the deadlock expected; why
+// is not understood yet. The spill path
 // for a worker that blocks is checked by `a_blocked_worker_strands_no_
 // queued_task` in tests/hardening.rs (a model of it with a spinning task
 // exceeds loom's step budget).

@@ -239,8 +239,7 @@ fn unregister(list: &[(&Semaphore, u64)], base: *mut WaitNode) {
         // The callback owns the node until it sets `done` (a few
         // instructions after unlinking it): wait for that.
         // SAFETY: initialized; `done` is atomic, read through `base`.
-        // A read-modify-write: reads the latest value (as `Waiter::woken`).
-        while !unsafe { &(*base.add(i)).done }.fetch_or(false, Ordering::Acquire) {
+        while !unsafe { &(*base.add(i)).done }.load(Ordering::Acquire) {
             crate::sync::thread::yield_now();
         }
     }
