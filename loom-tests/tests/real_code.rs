@@ -1,11 +1,13 @@
 //! loom models that run the real scheduler code end to end: two workers
 //! of a real `Executor` (find, execute, retire, idle, wake: the injector,
-//! the local deques, the sleep protocol) running a fork/join while the
-//! submitter waits on its `Scope`; a wait task suspended and
-//! woken from another thread; an `EventPool` acquire racing the last
-//! release; and `wait_all` over two semaphores signalled from two threads.
-//! (The deques themselves are crossbeam's, checked by crossbeam's own loom
-//! tests; here they run on std atomics, not explored.)
+//! the local deques, the spill, the sleep protocol) running a fork/join
+//! while the submitter waits on its `Scope`, and running work while one of
+//! them blocks inside a task; a wait task suspended and woken from another
+//! thread; an `EventPool` acquire racing the last release; and `wait_all`
+//! over two semaphores signalled from two threads. (Under the model
+//! checker the local deques are a stand-in on loom's `Mutex` with
+//! crossbeam's interface, see `src/task/deque.rs`; crossbeam's lock-free
+//! deque itself is checked by crossbeam's own tests.)
 #![cfg(fenceline_loom)]
 
 use fenceline::semaphore::EventPool;
@@ -27,12 +29,9 @@ fn exec(workers: usize) -> Executor {
 // Catches: a task run twice or never (a lost wake-up parks both workers
 // with work queued: the model deadlocks); a scope that reports idle before
 // its last retirement is published (the count below is then short).
-// Mutation tried: `notify` never unparking a sleeper. The model fails, but
-// with a loom causality violation rather than the deadlock expected; why
-// is not understood yet. The spill path
-// for a worker that blocks is checked by `a_blocked_worker_strands_no_
-// queued_task` in tests/hardening.rs (a model of it with a spinning task
-// exceeds loom's step budget).
+// Mutation checked: `wake_one` clearing a sleeper's flag without
+// unparking it: deadlock (the submitter in `wait_idle`, both workers
+// parked).
 #[test]
 fn two_workers_run_a_fork_join_once_each_and_the_scope_goes_idle() {
     big_model().check(|| {
@@ -66,6 +65,85 @@ fn two_workers_run_a_fork_join_once_each_and_the_scope_goes_idle() {
     });
 }
 
+// Catches: a ready task kept where only its (blocked) worker can reach
+// it, or left unannounced there while the other worker goes to sleep: the
+// fence behind the blocked call never runs, a deadlock. Mutation checked:
+// the cheap hint this scheduler used to take for local pushes (notify only
+// if a relaxed load saw a sleeper; nothing before running the next task):
+// deadlock, the other worker parked next to the fence, which it had not
+// yet seen when it decided to park (it had stolen one dependent while the
+// barrier's worker pushed the others). Also: a task run twice or never, a
+// scope that reports idle before its last retirement is published.
+#[test]
+fn a_blocked_worker_strands_nothing_and_the_scope_goes_idle() {
+    big_model().check(|| {
+        let exec = exec(2);
+        let scope = Scope::new();
+        let fence = Semaphore::new(0);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let mut g = exec.graph(&scope);
+        let fork = g.barrier().unwrap();
+        // The barrier's worker runs its first dependent at once: a call
+        // that blocks until the fence signals. The second goes to that
+        // worker's deque (1 task under the model), the third, the fence, to
+        // its spill: the other worker must reach both.
+        let f = fence.clone();
+        let r = runs.clone();
+        let blocked = g
+            .call(move |_| {
+                f.wait(1, Timeout::Never)?;
+                r.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap();
+        let r = runs.clone();
+        let other = g
+            .call(move |_| {
+                r.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap();
+        let signal = g.fence(Some((&fence, 1))).unwrap();
+        for id in [blocked, other, signal] {
+            g.fork(fork, id).unwrap();
+        }
+        g.submit();
+        scope.wait_idle(Timeout::Never).unwrap();
+        assert_eq!(scope.pending(), 0);
+        assert_eq!(runs.load(Ordering::Relaxed), 2, "every call ran once");
+        drop(exec);
+    });
+}
+
+// Catches: a child spawned by a running call left on that worker's deque
+// while the other worker sleeps. The call then blocks until its child has
+// run: with the child unannounced, a worker that was about to park when
+// it was pushed sleeps for good next to it. Mutation checked: `spawn`
+// without `publish`: deadlock.
+#[test]
+fn a_call_blocked_on_its_spawned_child_is_helped_by_the_idle_worker() {
+    big_model().check(|| {
+        let exec = exec(2);
+        let scope = Scope::new();
+        let fence = Semaphore::new(0);
+        let mut g = exec.graph(&scope);
+        let f = fence.clone();
+        g.call(move |cx| {
+            if cx.reentry() > 0 {
+                return Ok(());
+            }
+            let child = f.clone();
+            cx.spawn(move |_| child.signal(1))?;
+            f.wait(1, Timeout::Never)
+        })
+        .unwrap();
+        g.submit();
+        scope.wait_idle(Timeout::Never).unwrap();
+        assert_eq!(fence.query().unwrap(), 1);
+        drop(exec);
+    });
+}
+
 // Catches: a wake-up of a suspended wait task lost between its
 // registration and the signal (the fence never signals: deadlock; mutation
 // checked: `wait_wake` pushing the task without notifying a worker), or a
@@ -94,11 +172,12 @@ fn a_wait_task_is_woken_by_a_signal_from_another_thread() {
 
 // Checks: an acquire racing the release of the last reference gets the
 // slot back with its event (created once), or `ResourceExhausted`, never a
-// half-released slot. Mutation tried: `release_slot` clearing the slot's
-// pool reference after returning the block. It was NOT caught: loom does
-// not preempt between the block's return and the plain cell write that
-// follows it, so the race window never opens in a model; the model guards
-// the protocol as written, not that mutation.
+// half-released slot. Both sides run on spawned threads: with the acquire
+// on the model's main thread, loom explored a single schedule (the acquire
+// first) and caught nothing. Mutations checked, each a causality
+// violation (concurrent writes to the slot's pool cell): `release_slot`
+// clearing the slot's pool reference after returning the block, and the
+// block pool's free-list push with a `Relaxed` CAS instead of `Release`.
 #[test]
 fn event_pool_acquire_racing_the_last_release_reuses_the_event() {
     loom::model(|| {
@@ -114,12 +193,16 @@ fn event_pool_acquire_racing_the_last_release_reuses_the_event() {
         let first = pool.acquire().unwrap();
         assert_eq!(*first.event(), 7);
         let dropper = thread::spawn(move || drop(first));
-        match pool.acquire() {
-            // Released in time: the same event, reused.
-            Ok(h) => assert_eq!(*h.event(), 7),
-            Err(e) => assert_eq!(e.kind(), ErrorKind::ResourceExhausted),
-        }
+        let acquirer = {
+            let pool = pool.clone();
+            thread::spawn(move || match pool.acquire() {
+                // Released in time: the same event, reused.
+                Ok(h) => assert_eq!(*h.event(), 7),
+                Err(e) => assert_eq!(e.kind(), ErrorKind::ResourceExhausted),
+            })
+        };
         dropper.join().unwrap();
+        acquirer.join().unwrap();
         let again = pool.acquire().unwrap();
         assert_eq!(*again.event(), 7);
         assert_eq!(created.load(Ordering::Relaxed), 1, "created once");

@@ -68,6 +68,10 @@ mod model {
         pub(crate) fn len(&self) -> usize {
             self.lock().len()
         }
+
+        pub(crate) fn is_empty(&self) -> bool {
+            self.lock().is_empty()
+        }
     }
 
     impl<T> Stealer<T> {

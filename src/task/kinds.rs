@@ -107,6 +107,9 @@ impl CallContext<'_> {
         self.worker.shared.live.fetch_add(1, Ordering::Relaxed);
         self.children += 1;
         self.worker.push(child);
+        // The call keeps running (and may block on its child): idle
+        // workers must be able to take the child now.
+        self.worker.publish();
         Ok(())
     }
 }

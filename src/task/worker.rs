@@ -189,6 +189,9 @@ pub(crate) struct Worker {
     /// Ready tasks that did not fit the deque, collected during one step
     /// and published to the injector (one CAS) before the next task runs.
     spill: SList<Task>,
+    /// Tasks were pushed on the deque since the last `notify`: idle
+    /// workers must hear of them before this worker runs anything.
+    unannounced: bool,
     /// Task blocks, cached per worker (no atomics while the stash lasts).
     pub(crate) cache: BlockCache<&'static BlockPool>,
     /// Retirements not yet subtracted from their scope's count...
@@ -218,6 +221,7 @@ impl Worker {
             shared,
             local,
             spill: SList::new(),
+            unannounced: false,
             cache: BlockCache::new(pool),
             retired_scope: None,
             retired_live: 0,
@@ -225,40 +229,37 @@ impl Worker {
     }
 
     /// Makes a task ready on this worker: on its deque (stealable), or, if
-    /// that is full, in the spill that [`publish_spill`](Self::publish_spill)
-    /// hands to the injector before this worker runs anything else.
+    /// that is full, in the spill. Either way [`publish`](Self::publish)
+    /// tells the other workers before this worker runs anything else.
     pub(crate) fn push(&mut self, task: NonNull<Task>) {
         if self.local.len() < LOCAL_CAP {
             self.local.push(TaskPtr(task));
+            self.unannounced = true;
         } else {
             // SAFETY: the task is ready and ours; not in any list.
             unsafe { self.spill.push_back(task) };
         }
-        // Idle workers could help: wake one if any is parked and not yet
-        // woken (a local push needs no strict protocol: this worker runs
-        // its own queue anyway).
-        if self.shared.sleep.has_sleepers()
-            && self
-                .shared
-                .slots
-                .iter()
-                .any(|s| s.sleeping.load(Ordering::Relaxed))
-        {
-            self.shared.notify();
-        }
     }
 
-    /// Hands the spilled tasks to the injector, where every worker can
-    /// take them (called before running any task: a task may block).
-    fn publish_spill(&mut self) {
+    /// Makes the tasks pushed since the last call reachable by every
+    /// worker and wakes a sleeper for them: the spill goes to the injector,
+    /// and the epoch moves (the full sleep protocol, one RMW per step that
+    /// made tasks ready, not per task). Called before running any task (it
+    /// may block: a sleeper that missed a cheaper hint would then sleep
+    /// next to work nobody else runs, and the blocked task may be waiting
+    /// for exactly that work) and after a running call spawned a child.
+    pub(crate) fn publish(&mut self) {
         if !self.spill.is_empty() {
             self.shared.inject_list(std::mem::take(&mut self.spill));
+        } else if self.unannounced {
+            self.shared.notify();
         }
+        self.unannounced = false;
     }
 
     /// The next task to run: own deque, injector, steal.
     fn find(&mut self) -> Option<NonNull<Task>> {
-        self.publish_spill();
+        self.publish();
         if let Some(t) = self.local.pop() {
             return Some(t.0);
         }
@@ -273,7 +274,12 @@ impl Worker {
                 }
             }
             if !taken.is_empty() {
+                // Its notify covers the tasks kept as well.
                 self.shared.inject_list(taken);
+            } else {
+                // Workers woken for these may have found the injector
+                // empty: tell them before running `first`.
+                self.unannounced |= !self.local.is_empty();
             }
             return Some(first);
         }
@@ -282,7 +288,11 @@ impl Worker {
             let victim = (self.index + k) % n;
             loop {
                 match self.shared.stealers[victim].steal_batch_and_pop(&self.local) {
-                    Steal::Success(t) => return Some(t.0),
+                    Steal::Success(t) => {
+                        // The rest of the batch sits on our deque now.
+                        self.unannounced |= !self.local.is_empty();
+                        return Some(t.0);
+                    }
                     Steal::Empty => break,
                     Steal::Retry => continue,
                 }
@@ -462,7 +472,7 @@ impl Worker {
             // Before running anything (it may block): every other ready
             // task reachable by other workers, and retirements of another
             // scope published.
-            self.publish_spill();
+            self.publish();
             if self
                 .retired_scope
                 .is_some_and(|(scope, _)| scope != t.scope)
