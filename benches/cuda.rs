@@ -12,8 +12,8 @@
 //!   two completion paths (`HostFunction` vs `EventThread`).
 //!
 //! On a real GPU (`FENCELINE_CUDA=real`, see `scripts/gpu-check.sh`) these
-//! are the targets; on the simulated driver they measure the
-//! simulator's threads, not a GPU. Run with
+//! are the targets quoted in BENCHMARKS.md; on the simulated driver they
+//! measure the simulator's threads, not a GPU. Run with
 //! `cargo bench --features cuda --bench cuda`.
 
 use std::ffi::c_void;

@@ -4,41 +4,55 @@
 //!
 //! Start with [`Device::cpu`]: its [`Queue`]s run [`CommandBuffer`]s and
 //! host calls once their wait [`Semaphore`]s reach their values, then
-//! signal. The layers below are public too:
+//! signal. A queue orders nothing by itself: only semaphores order work.
+//! Two layers below the devices are public, for embedders:
 //!
-//! - [`queue`]: the lock-free [`PendingQueue`](queue::PendingQueue) every
-//!   device queue is built on (submit, drain-protocol issue, completion);
 //! - [`task`]: the CPU task system, a work-stealing
 //!   [`Executor`](task::Executor) running pool-allocated task DAGs;
+//! - [`queue`]: the lock-free [`PendingQueue`](queue::PendingQueue) every
+//!   device queue is built on (submit, drain-protocol issue, completion),
+//!   for custom backends;
 //! - [`semaphore`]: timeline [`Semaphore`]s with host waits
 //!   ([`wait_all`], [`wait_any`], [`Timeout`]), timepoints and the device
-//!   [`EventPool`](semaphore::EventPool);
-//! - [`pool`]: a lock-free, ABA-safe [`BlockPool`](pool::BlockPool), a
-//!   per-owner [`BlockCache`](pool::BlockCache) and a bump
-//!   [`Arena`](pool::Arena);
-//! - [`list`]: intrusive lists on raw pointers, including the
-//!   [`TransferStack`](list::TransferStack) that replaces a queue mutex;
+//!   `EventPool`;
 //! - [`Error`] and [`ErrorKind`].
 //!
-//! Every concurrent piece is written against `sync` (std or loom by
-//! `cfg(fenceline_loom)`) and model-checked in `loom-tests/`.
+//! Every concurrent piece is written against one synchronization shim
+//! (std, or loom under `--cfg fenceline_loom`) and model-checked in
+//! `loom-tests/`.
+//!
+//! # Features
+//!
+//! - `cuda`: the CUDA device (cudarc, loaded at run time: no CUDA toolkit
+//!   needed to build).
+//! - `testing`: the internal layers, for fenceline's own tests, benches,
+//!   fuzz targets and loom models, with no stability promise: `pool`
+//!   (block pool, per-owner cache, arena), `list` (intrusive lists and the
+//!   transfer stack), `queue::testing` (a test backend) and
+//!   `task::__model` (the executor's counters).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-pub mod command_buffer;
 pub mod device;
 mod error;
+#[cfg(feature = "testing")]
 pub mod list;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)] // parts only `testing` users reach
+pub(crate) mod list;
+#[cfg(feature = "testing")]
 pub mod pool;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)] // parts only `testing` users reach
+pub(crate) mod pool;
 pub mod queue;
 pub mod semaphore;
 mod sync;
 pub mod task;
 mod unwind;
 
-pub use command_buffer::CommandBuffer;
-pub use device::{Buffer, CpuConfig, Device, Queue};
+pub use device::{Buffer, CommandBuffer, CpuConfig, Device, Queue};
 #[cfg(feature = "cuda")]
 pub use device::{CompletionMode, CudaConfig, Kernel, KernelArg};
 pub use error::{Error, ErrorKind};

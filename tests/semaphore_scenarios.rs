@@ -450,7 +450,8 @@ fn timepoints_fire_in_value_order_and_only_when_reached() {
         .collect();
     for tp in tps.iter_mut() {
         // SAFETY: the timepoints outlive the test's signals.
-        unsafe { s.register(NonNull::from(tp)) };
+        let r = unsafe { s.register(NonNull::from(tp)) };
+        assert!(matches!(r, Registration::Pending));
     }
     s.signal(2).unwrap();
     assert_eq!(fired.load(Ordering::SeqCst), 1);
@@ -474,7 +475,8 @@ fn failure_fires_timepoints_with_the_error() {
     let fired = AtomicUsize::new(0);
     let mut tp = Timepoint::new(1, expect_err, (&fired as *const AtomicUsize).cast());
     // SAFETY: `tp` outlives the failure.
-    unsafe { s.register(NonNull::from(&mut tp)) };
+    let r = unsafe { s.register(NonNull::from(&mut tp)) };
+    assert!(matches!(r, Registration::Pending));
     s.fail(Error::new(ErrorKind::Aborted, "stop"));
     assert_eq!(fired.load(Ordering::SeqCst), 1);
     let mut late = Timepoint::new(1, expect_err, (&fired as *const AtomicUsize).cast());

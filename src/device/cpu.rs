@@ -3,7 +3,7 @@
 
 use super::teardown::QueueToken;
 use super::Work;
-use crate::command_buffer::Command;
+use crate::device::command_buffer::Command;
 use crate::error::Error;
 use crate::queue::{Backend, Completion};
 use crate::sync::{Arc, Mutex};

@@ -8,6 +8,7 @@
 //! semaphores the same way on both.
 
 mod buffer;
+mod command_buffer;
 mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -23,11 +24,12 @@ pub use cpu::EXECUTE_INLINE_COMMAND_BUFFERS;
 pub use cuda::{CompletionMode, CudaConfig, Kernel, KernelArg};
 pub use host_fn::HOST_CALL_INLINE_BYTES;
 
-use crate::command_buffer::{CommandBuffer, Recording, Target};
 use crate::error::{Error, ErrorKind};
 use crate::queue::PendingQueue;
 use crate::semaphore::Semaphore;
 use crate::task::{Executor, ExecutorConfig};
+pub use command_buffer::CommandBuffer;
+use command_buffer::{Recording, Target};
 use cpu::CpuBackend;
 use teardown::Teardown;
 

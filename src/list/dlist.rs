@@ -189,6 +189,7 @@ impl<T: Linked<DoubleLinks<T>>> DList<T> {
     }
 
     /// Moves every node out into a new list, leaving this one empty.
+    #[must_use = "the taken nodes are lost (leaked) if the list is dropped"]
     pub fn take_all(&mut self) -> DList<T> {
         std::mem::take(self)
     }

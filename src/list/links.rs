@@ -162,7 +162,7 @@ pub(crate) unsafe fn set_dprev<T: Linked<DoubleLinks<T>>>(
     unsafe { T::links(node).as_ref().prev.with_mut(|p| *p = to) }
 }
 
-/// Implements [`Linked`] for a node type by naming its link field, which is
+/// Implements `Linked` for a node type by naming its link field, which is
 /// the only correct implementation (a field projection), so no `unsafe` is
 /// left to the caller.
 ///

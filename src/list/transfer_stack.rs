@@ -119,6 +119,7 @@ impl<T: Linked<SingleLinks<T>>> TransferStack<T> {
     }
 
     /// Takes every node pushed so far, in push order (FIFO).
+    #[must_use = "the taken nodes are lost (leaked) if the list is dropped"]
     pub fn take_all(&self) -> SList<T> {
         // Relaxed pre-check: skip the RMW (and its cache-line steal) when
         // there is nothing to take.

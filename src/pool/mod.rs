@@ -3,7 +3,9 @@
 //! it, and a single-owner bump [`Arena`] over its blocks.
 
 mod arena;
+mod block_cache;
 mod block_pool;
 
 pub use arena::Arena;
-pub use block_pool::{Block, BlockCache, BlockPool, BlockPoolConfig, RawBlock};
+pub use block_cache::BlockCache;
+pub use block_pool::{Block, BlockPool, BlockPoolConfig, RawBlock};

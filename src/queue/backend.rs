@@ -5,7 +5,7 @@ use std::fmt;
 use std::ptr::NonNull;
 
 use super::action::QueueAction;
-use super::pending::Shared;
+use super::pending::QueueState;
 use crate::error::{Error, ErrorKind};
 use crate::list::{SList, TransferStack};
 use crate::semaphore::{AnyEvent, Semaphore};
@@ -49,7 +49,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
 /// An issued action, owned by the backend until completed.
 pub struct Completion<B: Backend> {
     pub(crate) action: NonNull<QueueAction<B::Payload>>,
-    pub(crate) shared: NonNull<Shared<B>>,
+    pub(crate) shared: NonNull<QueueState<B>>,
 }
 
 // SAFETY: the token owns the action (payload `Send`) and refers to the
@@ -113,13 +113,27 @@ impl<B: Backend> Completion<B> {
         // SAFETY: per contract, a live issued action; its owner is the
         // queue's shared state, which outlives it.
         let owner = unsafe { (*action).owner };
-        // SAFETY: both non-null: made from live objects.
+        // SAFETY: both non-null (made from live objects); the action is
+        // issued and its owner is its queue's state (forwarded contract).
         unsafe {
-            Completion {
-                action: NonNull::new_unchecked(action),
-                shared: NonNull::new_unchecked(owner.cast_mut().cast::<Shared<B>>()),
-            }
+            Completion::new(
+                NonNull::new_unchecked(action),
+                NonNull::new_unchecked(owner.cast_mut().cast::<QueueState<B>>()),
+            )
         }
+    }
+
+    /// The token of `action`, issued by the queue whose state is `shared`.
+    ///
+    /// # Safety
+    /// `action` is a live action of that queue, ready and taken out of
+    /// every list (the token owns it from here until `complete` or drop);
+    /// `shared` is kept alive by the action's reference to it.
+    pub(crate) unsafe fn new(
+        action: NonNull<QueueAction<B::Payload>>,
+        shared: NonNull<QueueState<B>>,
+    ) -> Completion<B> {
+        Completion { action, shared }
     }
 
     /// Finishes the action: `Ok` signals its semaphores, an error fails
@@ -129,7 +143,7 @@ impl<B: Backend> Completion<B> {
         std::mem::forget(self);
         // SAFETY: the token owns the action, whose reference keeps the
         // state alive until `finish` gives it up.
-        unsafe { Shared::finish(shared, action, result, false) };
+        unsafe { QueueState::finish(shared, action, result, false) };
     }
 
     /// As [`complete`](Self::complete), but a signal whose value is already
@@ -140,7 +154,7 @@ impl<B: Backend> Completion<B> {
         let (action, shared) = (self.action, self.shared);
         std::mem::forget(self);
         // SAFETY: as in `complete`.
-        unsafe { Shared::finish(shared, action, result, true) };
+        unsafe { QueueState::finish(shared, action, result, true) };
     }
 }
 
@@ -152,7 +166,7 @@ impl<B: Backend> Drop for Completion<B> {
             "backend dropped an issued action without completing it (or panicked in issue)",
         );
         // SAFETY: as in `complete`.
-        unsafe { Shared::finish(self.shared, self.action, Err(error), false) };
+        unsafe { QueueState::finish(self.shared, self.action, Err(error), false) };
     }
 }
 
@@ -196,6 +210,7 @@ impl<B: Backend> CompletionStack<B> {
 
     /// Takes every pushed action, oldest first. Actions the iterator is
     /// dropped before yielding are completed with an error, not leaked.
+    #[must_use = "dropping the iterator fails every action it still holds"]
     pub fn take_all(&self) -> Completions<B> {
         Completions {
             list: self.stack.take_all(),

@@ -1,7 +1,7 @@
 //! The pending queue: actions gated by timeline semaphores, issued to a
 //! backend without a mutex and without allocating.
 //!
-//! # Invariants (DESIGN.md, "Pending queue"), and where they are kept
+//! # Invariants (ARCHITECTURE.md, "Pending queue"), and where they are kept
 //!
 //! - **Submit** builds a `QueueAction` in block-pool memory (wait
 //!   and signal lists copied inline, 8 of each, more in chained pool
@@ -13,7 +13,7 @@
 //!   its last pass began with; everyone else only bumps the counter. A
 //!   request made during a pass makes that CAS fail, so the issuer passes
 //!   again: nothing is stranded, and only one thread ever runs a pass.
-//! - **A pass looks only at new and woken actions** (`Shared::pass`): new
+//! - **A pass looks only at new and woken actions** (`QueueState::pass`): new
 //!   ones come from the submit stack in submission order; a pending action
 //!   arms *one* queue-wake timepoint, on its first unsatisfied wait, and is
 //!   looked at again only when that timepoint fires (the callback pushes it
@@ -34,6 +34,7 @@
 mod action;
 mod backend;
 mod pending;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use backend::{Backend, Completion, CompletionStack, Completions};

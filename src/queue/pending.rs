@@ -21,7 +21,7 @@ use crate::unwind::{panic_error, FirstPanic};
 type Action<B> = QueueAction<<B as Backend>::Payload>;
 
 /// State shared by the queue handle, its actions and their callbacks.
-pub(crate) struct Shared<B: Backend> {
+pub(crate) struct QueueState<B: Backend> {
     backend: B,
     pool: BlockPool,
     /// Submitted, not yet looked at.
@@ -40,7 +40,7 @@ pub(crate) struct Shared<B: Backend> {
     examined: AtomicU64,
     /// This state's own address, with the provenance of its allocation:
     /// what references are released (and the state freed) through.
-    this: NonNull<Shared<B>>,
+    this: NonNull<QueueState<B>>,
 }
 
 struct IssuerState<P> {
@@ -50,14 +50,14 @@ struct IssuerState<P> {
 // SAFETY: actions move between threads with their ownership; the issuer
 // state is only touched by the single issuer (drain protocol); the rest is
 // atomic or `Sync`.
-unsafe impl<B: Backend> Send for Shared<B> {}
+unsafe impl<B: Backend> Send for QueueState<B> {}
 // SAFETY: as above.
-unsafe impl<B: Backend> Sync for Shared<B> {}
+unsafe impl<B: Backend> Sync for QueueState<B> {}
 
 /// The lock-free pending queue of one device queue, generic over its
 /// [`Backend`]. See the [module docs](super) for the protocol.
 pub struct PendingQueue<B: Backend> {
-    shared: NonNull<Shared<B>>,
+    shared: NonNull<QueueState<B>>,
 }
 
 // SAFETY: the handle only reaches the `Sync` shared state.
@@ -84,7 +84,7 @@ impl<B: Backend> PendingQueue<B> {
             first_chunk_blocks: if cfg!(fenceline_loom) { 4 } else { 256 },
             max_blocks: None,
         })?;
-        let shared = Box::new(Shared {
+        let shared = Box::new(QueueState {
             backend,
             pool,
             incoming: TransferStack::new(),
@@ -105,7 +105,7 @@ impl<B: Backend> PendingQueue<B> {
         Ok(PendingQueue { shared: this })
     }
 
-    fn shared(&self) -> &Shared<B> {
+    fn shared(&self) -> &QueueState<B> {
         // SAFETY: the handle holds a reference until it drops.
         unsafe { self.shared.as_ref() }
     }
@@ -198,7 +198,7 @@ impl<B: Backend> Drop for PendingQueue<B> {
         self.shutdown();
         // SAFETY: the handle's reference, given up once; the last holder
         // (this, or the last action to finish) frees the state.
-        unsafe { Shared::release(self.shared) };
+        unsafe { QueueState::release(self.shared) };
     }
 }
 
@@ -266,15 +266,16 @@ fn cancelled() -> Error {
 /// Timepoint callback of a pending action: hand it back to the issuer.
 ///
 /// # Safety
-/// `tp` is the timepoint of a live `Action<B>` whose owner is a `Shared<B>`.
+/// `tp` is the timepoint of a live `Action<B>` whose owner is a `QueueState<B>`.
 unsafe fn queue_wake<B: Backend>(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     // SAFETY: the context is the action, the owner its live queue (the
     // action holds a reference to it).
     let action =
         unsafe { NonNull::new_unchecked(tp.as_ref().context().cast_mut().cast::<Action<B>>()) };
     // SAFETY: as above.
-    let this =
-        unsafe { NonNull::new_unchecked((*action.as_ptr()).owner.cast_mut().cast::<Shared<B>>()) };
+    let this = unsafe {
+        NonNull::new_unchecked((*action.as_ptr()).owner.cast_mut().cast::<QueueState<B>>())
+    };
     // SAFETY: the action's reference keeps the state alive until the push.
     let shared = unsafe { this.as_ref() };
     // Hold our own reference across the hand-off and the issue request:
@@ -289,12 +290,12 @@ unsafe fn queue_wake<B: Backend>(tp: NonNull<Timepoint>, _result: Result<(), Err
 
 /// One counted reference to a queue's state, given up when dropped (also
 /// while unwinding).
-struct Reference<B: Backend>(NonNull<Shared<B>>);
+struct Reference<B: Backend>(NonNull<QueueState<B>>);
 
 impl<B: Backend> Reference<B> {
     /// Takes a new reference to `this`, which the caller keeps alive until
     /// this returns (it holds a reference itself).
-    fn take(this: NonNull<Shared<B>>) -> Reference<B> {
+    fn take(this: NonNull<QueueState<B>>) -> Reference<B> {
         // SAFETY: alive per contract.
         unsafe { this.as_ref() }
             .refs
@@ -306,7 +307,7 @@ impl<B: Backend> Reference<B> {
 impl<B: Backend> Drop for Reference<B> {
     fn drop(&mut self) {
         // SAFETY: the reference taken in `take`, given up once.
-        unsafe { Shared::release(self.0) };
+        unsafe { QueueState::release(self.0) };
     }
 }
 
@@ -316,12 +317,12 @@ enum Class {
     Failed(Error),
 }
 
-impl<B: Backend> Shared<B> {
+impl<B: Backend> QueueState<B> {
     /// Drops one reference; the last frees the state.
     ///
     /// # Safety
     /// The caller owns one reference.
-    unsafe fn release(this: NonNull<Shared<B>>) {
+    unsafe fn release(this: NonNull<QueueState<B>>) {
         // SAFETY: our reference keeps it alive until here.
         if unsafe { this.as_ref() }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
             liveness::died(this.as_ptr());
@@ -422,17 +423,16 @@ impl<B: Backend> Shared<B> {
         if closed {
             // SAFETY: the issuer owns the action; the caller of the pass
             // holds a reference, so the state outlives this call.
-            unsafe { Shared::finish(self.this, action, Err(cancelled()), false) };
+            unsafe { QueueState::finish(self.this, action, Err(cancelled()), false) };
             return;
         }
         // The backend and `device_wait` are user code (a custom `Backend`):
         // a panic there fails this action only.
         match catch_unwind(AssertUnwindSafe(|| self.classify(action))) {
             Ok(Class::Ready) => {
-                let work = Completion {
-                    action,
-                    shared: self.this,
-                };
+                // SAFETY: a ready action of this queue, taken out of the
+                // pending list; it holds a reference to `self`.
+                let work = unsafe { Completion::new(action, self.this) };
                 // A panicking `issue` drops the token while unwinding,
                 // which fails the action (see `Completion`'s `Drop`).
                 let _ = catch_unwind(AssertUnwindSafe(|| self.backend.issue(work)));
@@ -441,13 +441,13 @@ impl<B: Backend> Shared<B> {
             Ok(Class::Pending) => unsafe { st.pending.push_back(action) },
             // SAFETY: the issuer owns the action; the caller of the pass
             // holds a reference, so the state outlives this call.
-            Ok(Class::Failed(e)) => unsafe { Shared::finish(self.this, action, Err(e), false) },
+            Ok(Class::Failed(e)) => unsafe { QueueState::finish(self.this, action, Err(e), false) },
             Err(panic) => {
                 // Not armed anywhere: `classify` arms last, and a
                 // registration does not run user code.
                 let e = panic_error("the backend's device_wait", &*panic);
                 // SAFETY: as above.
-                unsafe { Shared::finish(self.this, action, Err(e), false) };
+                unsafe { QueueState::finish(self.this, action, Err(e), false) };
             }
         }
     }
@@ -511,7 +511,7 @@ impl<B: Backend> Shared<B> {
                 // SAFETY: linked in `pending`; now ours.
                 unsafe { st.pending.erase(action) };
                 // SAFETY: as in `handle`.
-                unsafe { Shared::finish(self.this, action, Err(cancelled()), false) };
+                unsafe { QueueState::finish(self.this, action, Err(cancelled()), false) };
             }
         }
     }
@@ -525,7 +525,7 @@ impl<B: Backend> Shared<B> {
     /// its actions, whose reference this gives up: the state may be freed
     /// before this returns (so it takes a pointer, not `&self`).
     pub(crate) unsafe fn finish(
-        this: NonNull<Shared<B>>,
+        this: NonNull<QueueState<B>>,
         action: NonNull<Action<B>>,
         result: Result<(), Error>,
         reached_ok: bool,
@@ -562,12 +562,12 @@ impl<B: Backend> Shared<B> {
         // dropping the payload is contained inside).
         unsafe { QueueAction::destroy(action, &shared.pool) };
         // SAFETY: the action's reference, given up once.
-        unsafe { Shared::release(this) };
+        unsafe { QueueState::release(this) };
         panicked.resume();
     }
 }
 
-impl<B: Backend> Drop for Shared<B> {
+impl<B: Backend> Drop for QueueState<B> {
     fn drop(&mut self) {
         // The last reference: every action finished. Anything still on a
         // stack would be a bug; cancel it rather than leak it.

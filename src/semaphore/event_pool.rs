@@ -2,7 +2,7 @@
 //! created once and reused.
 //!
 //! The backend supplies `create` and `destroy`. Every slot lives in a
-//! [`BlockPool`] capped at the pool's capacity and initialized when the pool
+//! `BlockPool` capped at the pool's capacity and initialized when the pool
 //! is made, so a slot keeps its created event while free: acquiring reuses
 //! it without calling `create` again. Handles count references in the slot;
 //! the handle that takes the count to zero returns the slot to the pool,
@@ -38,12 +38,12 @@ struct Slot<E> {
     header: SlotHeader,
     index: u32,
     /// The pool, held while the slot is out so the pool outlives handles.
-    pool: UnsafeCell<Option<Arc<Shared<E>>>>,
+    pool: UnsafeCell<Option<Arc<PoolState<E>>>>,
     /// `Some` once created; kept while the slot is free.
     event: UnsafeCell<Option<E>>,
 }
 
-struct Shared<E> {
+struct PoolState<E> {
     blocks: BlockPool,
     /// Every slot, for destroying the events when the pool goes away.
     slots: Box<[NonNull<Slot<E>>]>,
@@ -53,14 +53,14 @@ struct Shared<E> {
 }
 
 // SAFETY: slots are handed to one acquirer at a time; events are `Send`.
-unsafe impl<E: Send> Send for Shared<E> {}
+unsafe impl<E: Send> Send for PoolState<E> {}
 // SAFETY: shared state is atomic or owned by one handle holder at a time;
 // handles give `&E` to several threads, so `E: Sync`.
-unsafe impl<E: Send + Sync> Sync for Shared<E> {}
+unsafe impl<E: Send + Sync> Sync for PoolState<E> {}
 
 /// A pool of reusable device events. Cheap to clone (a handle).
 pub struct EventPool<E> {
-    shared: Arc<Shared<E>>,
+    shared: Arc<PoolState<E>>,
 }
 
 impl<E> Clone for EventPool<E> {
@@ -126,7 +126,7 @@ impl<E: Send + Sync + 'static> EventPool<E> {
             slots.push(slot);
             raw.push(block);
         }
-        let shared = Shared {
+        let shared = PoolState {
             blocks,
             slots: slots.into_boxed_slice(),
             create,
@@ -247,7 +247,7 @@ unsafe fn release_slot<E>(header: NonNull<SlotHeader>) {
     drop(pool);
 }
 
-impl<E> Drop for Shared<E> {
+impl<E> Drop for PoolState<E> {
     fn drop(&mut self) {
         for &slot in self.slots.iter() {
             // SAFETY: every slot was initialized in `new`; no handle is

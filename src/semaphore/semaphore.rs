@@ -31,7 +31,7 @@ use crate::sync::{Arc, Mutex, MutexGuard};
 use crate::unwind::FirstPanic;
 
 /// The value that marks a failed semaphore; never a valid payload.
-pub(crate) const FAILED: u64 = u64::MAX;
+pub(crate) const FAILED_VALUE: u64 = u64::MAX;
 
 /// A timeline semaphore: a cheap `Clone + Send + Sync` handle to a `u64`
 /// payload that only grows, or that has failed with an [`Error`].
@@ -63,7 +63,7 @@ struct Inner {
     value: CachePadded<AtomicU64>,
     /// Timepoints in `waiters.list`; written under the lock, read by signals.
     waiting: AtomicUsize,
-    /// The first failure, set once before `value` becomes `FAILED`.
+    /// The first failure, set once before `value` becomes `FAILED_VALUE`.
     failure: AtomicPtr<Error>,
     waiters: Mutex<Waiters>,
 }
@@ -124,7 +124,7 @@ impl Semaphore {
     pub fn new(initial: u64) -> Semaphore {
         Semaphore {
             inner: Arc::new(Inner {
-                value: CachePadded::new(AtomicU64::new(initial.min(FAILED - 1))),
+                value: CachePadded::new(AtomicU64::new(initial.min(FAILED_VALUE - 1))),
                 waiting: AtomicUsize::new(0),
                 failure: AtomicPtr::new(ptr::null_mut()),
                 waiters: Mutex::new(Waiters {
@@ -146,7 +146,7 @@ impl Semaphore {
     pub fn query(&self) -> Result<u64, Error> {
         // Acquire: whoever signalled this value released its writes.
         let value = self.inner.value.load(Ordering::Acquire);
-        if value == FAILED {
+        if value == FAILED_VALUE {
             return Err(self.inner.failure());
         }
         Ok(value)
@@ -174,13 +174,13 @@ impl Semaphore {
         let inner = &*self.inner;
         let mut current = inner.value.load(Ordering::Relaxed);
         loop {
-            if current == FAILED {
+            if current == FAILED_VALUE {
                 return Err(inner.failure());
             }
-            if reached_ok && value <= current && value != FAILED {
+            if reached_ok && value <= current && value != FAILED_VALUE {
                 return Ok(());
             }
-            if value <= current || value == FAILED {
+            if value <= current || value == FAILED_VALUE {
                 return Err(signal_error(value, current));
             }
             // AcqRel: Release publishes the signaller's writes to waiters;
@@ -206,7 +206,7 @@ impl Semaphore {
     pub fn fail(&self, error: Error) {
         let inner = &*self.inner;
         let boxed = Box::into_raw(Box::new(error));
-        // AcqRel: publish the error before `value` says FAILED (Release);
+        // AcqRel: publish the error before `value` says FAILED_VALUE (Release);
         // Acquire on failure to read the winner if we lost.
         if inner
             .failure
@@ -218,7 +218,7 @@ impl Semaphore {
             return;
         }
         // AcqRel: pairs with registrations' RMWs like a signal's CAS.
-        inner.value.swap(FAILED, Ordering::AcqRel);
+        inner.value.swap(FAILED_VALUE, Ordering::AcqRel);
         let error = inner.failure();
         let (fired, events) = {
             let mut waiters = inner.lock();
@@ -244,7 +244,7 @@ impl Semaphore {
         let recorded = {
             let mut waiters = self.inner.lock();
             let current = self.inner.value.load(Ordering::Acquire);
-            if current == FAILED || value <= current {
+            if current == FAILED_VALUE || value <= current {
                 false
             } else {
                 waiters.prune(current, &mut stale);
@@ -269,7 +269,7 @@ impl Semaphore {
         let found = {
             let mut waiters = self.inner.lock();
             let current = self.inner.value.load(Ordering::Acquire);
-            if current != FAILED {
+            if current != FAILED_VALUE {
                 waiters.prune(current, &mut stale);
             }
             waiters
@@ -292,6 +292,7 @@ impl Semaphore {
     /// `tp` is valid, not registered anywhere, and stays valid and unmoved
     /// until its callback runs or [`cancel`](Self::cancel) returns `true`
     /// (see the timepoint contract in [`timepoint`](super::timepoint)).
+    #[must_use = "`Reached` and `Failed` mean the callback will not run: the caller must act on them"]
     pub unsafe fn register(&self, tp: NonNull<Timepoint>) -> Registration {
         let inner = &*self.inner;
         // SAFETY: valid per contract.
@@ -305,7 +306,7 @@ impl Semaphore {
         // An RMW, not a load: it reads the latest value in `value`'s total
         // order and releases the `waiting` store to the next signal's CAS.
         let current = inner.value.fetch_add(0, Ordering::AcqRel);
-        if current == FAILED || current >= target {
+        if current == FAILED_VALUE || current >= target {
             inner.waiting.store(n, Ordering::Relaxed);
             drop(waiters);
             return inner.check(target).unwrap_or(Registration::Reached);
@@ -336,6 +337,7 @@ impl Semaphore {
     /// # Safety
     /// `tp` is valid and was registered on this semaphore (or never
     /// registered anywhere).
+    #[must_use = "`false` means the callback is running or ran: the timepoint may not be reused until it is done"]
     pub unsafe fn cancel(&self, tp: NonNull<Timepoint>) -> bool {
         let inner = &*self.inner;
         let mut waiters = inner.lock();
@@ -369,7 +371,7 @@ impl Inner {
         self.waiters.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The stored failure. Only called once `value == FAILED` was seen,
+    /// The stored failure. Only called once `value == FAILED_VALUE` was seen,
     /// which happens after the failure was published.
     fn failure(&self) -> Error {
         let p = self.failure.load(Ordering::Acquire);
@@ -383,7 +385,7 @@ impl Inner {
     /// `Some` answer when `target` is reached or the semaphore failed.
     fn check(&self, target: u64) -> Option<Registration> {
         match self.value.load(Ordering::Acquire) {
-            FAILED => Some(Registration::Failed(self.failure())),
+            FAILED_VALUE => Some(Registration::Failed(self.failure())),
             v if v >= target => Some(Registration::Reached),
             _ => None,
         }
@@ -397,7 +399,7 @@ impl Inner {
         {
             let mut waiters = self.lock();
             let current = self.value.load(Ordering::Acquire);
-            if current == FAILED {
+            if current == FAILED_VALUE {
                 return; // `fail` fires everything
             }
             while let Some(node) = waiters.list.front() {
@@ -469,7 +471,7 @@ impl Drop for Inner {
 }
 
 fn signal_error(value: u64, current: u64) -> Error {
-    if value == FAILED {
+    if value == FAILED_VALUE {
         Error::new(
             ErrorKind::InvalidArgument,
             "signal(u64::MAX): the largest value is reserved",

@@ -100,7 +100,7 @@ impl Timepoint {
     }
 }
 
-/// Timepoints in [`BlockPool`] memory: for owners (queues, devices) that
+/// Timepoints in block-pool memory: for owners (queues, devices) that
 /// need timepoints outliving a stack frame without the global allocator.
 #[derive(Debug)]
 pub struct TimepointPool {

@@ -133,9 +133,4 @@ impl SleepState {
     pub fn notify(&self) -> bool {
         self.0.fetch_add(EPOCH, Ordering::AcqRel) & (EPOCH - 1) != 0
     }
-
-    /// Whether anyone is asleep (a hint: a cheap check before `notify`).
-    pub fn has_sleepers(&self) -> bool {
-        self.0.load(Ordering::Relaxed) & (EPOCH - 1) != 0
-    }
 }

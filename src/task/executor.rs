@@ -6,7 +6,7 @@ use super::deque::Worker as Deque;
 
 use super::graph::Graph;
 use super::scope::Scope;
-use super::worker::{Shared, Worker};
+use super::worker::{ExecutorState, Worker};
 use crate::error::{Error, ErrorKind};
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{liveness, Arc};
@@ -38,7 +38,7 @@ impl Default for ExecutorConfig {
 /// shutdown without joining, and the workers exit (freeing everything) on
 /// their own once the last task retired.
 pub struct Executor {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<ExecutorState>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -61,7 +61,7 @@ impl Executor {
         };
         let deques: Vec<Deque<_>> = (0..workers).map(|_| Deque::new_lifo()).collect();
         let stealers = deques.iter().map(|d| d.stealer()).collect();
-        let shared = Arc::new(Shared::new(workers, config.spin, stealers)?);
+        let shared = Arc::new(ExecutorState::new(workers, config.spin, stealers)?);
         liveness::born(Arc::as_ptr(&shared));
         let mut exec = Executor {
             shared: shared.clone(),
@@ -76,8 +76,7 @@ impl Executor {
                         .thread
                         .lock()
                         .unwrap_or_else(|p| p.into_inner()) = Some(thread::current());
-                    // SAFETY: the worker holds `shared` and is dropped before it.
-                    let mut worker = unsafe { Worker::new(index, shared, deque) };
+                    let mut worker = Worker::new(index, shared, deque);
                     worker.run();
                 });
             match spawned {
@@ -106,7 +105,7 @@ impl Executor {
     /// A reference to the executor's state, for owners that build graphs
     /// on it (a device's queues): it keeps the memory alive, not the
     /// workers running (that is the `Executor`'s job).
-    pub(crate) fn state(&self) -> Arc<Shared> {
+    pub(crate) fn state(&self) -> Arc<ExecutorState> {
         self.shared.clone()
     }
 }

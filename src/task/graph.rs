@@ -5,13 +5,13 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::time::Instant;
 
-use super::kinds::{
-    dispatch_vtable, finally_vtable, make_call, new_task, BarrierPayload, BoxedTileFn, CallContext,
-    DispatchPayload, FencePayload, FinallyPayload, WaitState, BARRIER, FENCE, NOP, WAIT,
+use super::kind::{
+    is, make_call, new_task, BarrierPayload, BoxedTileFn, CallContext, DispatchPayload,
+    FencePayload, FinallyPayload, Nop, WaitState,
 };
 use super::scope::{Scope, ScopeInner};
 use super::task::Task;
-use super::worker::{free_task, Shared};
+use super::worker::{free_task, ExecutorState};
 use super::Tile;
 use crate::error::{Error, ErrorKind};
 use crate::list::SList;
@@ -71,7 +71,7 @@ impl fmt::Debug for TaskId {
 /// # Ok::<(), fenceline::Error>(())
 /// ```
 pub struct Graph<'e> {
-    exec: &'e Shared,
+    exec: &'e ExecutorState,
     scope: Scope,
     id: u64,
     /// Every task created, through their `next` links.
@@ -89,7 +89,7 @@ impl fmt::Debug for Graph<'_> {
 
 impl<'e> Graph<'e> {
     /// A graph on the executor whose state is `exec`.
-    pub(crate) fn new(exec: &'e Shared, scope: &Scope) -> Graph<'e> {
+    pub(crate) fn new(exec: &'e ExecutorState, scope: &Scope) -> Graph<'e> {
         Graph {
             exec,
             scope: scope.clone(),
@@ -130,7 +130,7 @@ impl<'e> Graph<'e> {
 
     /// A task that does nothing (a join point).
     pub fn nop(&mut self) -> Result<TaskId, Error> {
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), &NOP, ());
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), Nop);
         self.adopt(t)
     }
 
@@ -168,7 +168,6 @@ impl<'e> Graph<'e> {
             new_task(
                 &mut self.cache,
                 self.scope.as_ptr(),
-                finally_vtable::<F>(),
                 FinallyPayload { f: Some(f) },
             )
         } else {
@@ -177,7 +176,6 @@ impl<'e> Graph<'e> {
             new_task(
                 &mut self.cache,
                 self.scope.as_ptr(),
-                finally_vtable::<Boxed>(),
                 FinallyPayload { f: Some(boxed) },
             )
         };
@@ -205,16 +203,16 @@ impl<'e> Graph<'e> {
                 // SAFETY: tasks of this graph, linked in creation order
                 // through `next` until submission.
                 let task = unsafe { t.as_ref() };
-                if pass == 0 && task.completion.get().is_some() {
+                if pass == 0 && task.completion_task.get().is_some() {
                     return Err(Error::new(
                         ErrorKind::InvalidArgument,
                         format!("task #{} already has a completion task", task.seq.get()),
                     ));
                 }
                 if pass == 1 {
-                    task.completion.set(Some(join.task));
+                    task.completion_task.set(Some(join.task));
                     // SAFETY: `join` is a task of this graph, not submitted.
-                    unsafe { join.task.as_ref() }.pending.add_unshared();
+                    unsafe { join.task.as_ref() }.unfinished.add_unshared();
                 }
                 // SAFETY: as above.
                 cursor = unsafe { crate::list::links_next(t) };
@@ -229,7 +227,6 @@ impl<'e> Graph<'e> {
         let t = new_task(
             &mut self.cache,
             self.scope.as_ptr(),
-            &BARRIER,
             BarrierPayload {
                 head: None,
                 tail: None,
@@ -245,7 +242,7 @@ impl<'e> Graph<'e> {
         let payload = FencePayload {
             signal: signal.map(|(s, v)| (s.clone(), v)),
         };
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), &FENCE, payload);
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), payload);
         self.adopt(t)
     }
 
@@ -265,7 +262,7 @@ impl<'e> Graph<'e> {
             t => t.deadline_from(Instant::now()),
         };
         let state = WaitState::new(semaphore.clone(), value, deadline);
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), &WAIT, state);
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), state);
         self.adopt(t)
     }
 
@@ -285,7 +282,6 @@ impl<'e> Graph<'e> {
             new_task(
                 &mut self.cache,
                 self.scope.as_ptr(),
-                dispatch_vtable::<F>(),
                 DispatchPayload::new(grid, total, f),
             )
         } else {
@@ -293,7 +289,6 @@ impl<'e> Graph<'e> {
             new_task(
                 &mut self.cache,
                 self.scope.as_ptr(),
-                dispatch_vtable::<BoxedTileFn>(),
                 DispatchPayload::new(grid, total, boxed),
             )
         };
@@ -312,15 +307,15 @@ impl<'e> Graph<'e> {
         if completion.seq <= task.seq {
             return Err(backward(task, completion));
         }
-        if t.completion.get().is_some() {
+        if t.completion_task.get().is_some() {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 format!("{task:?} already has a completion task; join through a barrier"),
             ));
         }
-        t.completion.set(Some(completion.task));
+        t.completion_task.set(Some(completion.task));
         // Not submitted yet: only this thread sees the task.
-        c.pending.add_unshared();
+        c.unfinished.add_unshared();
         Ok(())
     }
 
@@ -331,7 +326,7 @@ impl<'e> Graph<'e> {
     /// if either belongs to another graph.
     pub fn fork(&mut self, barrier: TaskId, dependent: TaskId) -> Result<(), Error> {
         let (b, d) = (self.check(barrier)?, self.check(dependent)?);
-        if !std::ptr::eq(b.vtable, &BARRIER) {
+        if !is::<BarrierPayload>(b) {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 format!("{barrier:?} is a {}, not a barrier", b.vtable.name),
@@ -356,7 +351,7 @@ impl<'e> Graph<'e> {
         }
         p.tail = Some(dependent.task);
         d.forked.set(true);
-        d.pending.add_unshared();
+        d.unfinished.add_unshared();
         Ok(())
     }
 
@@ -375,7 +370,7 @@ impl<'e> Graph<'e> {
         let mut ready = SList::new();
         while let Some(task) = self.tasks.pop_front() {
             // SAFETY: the graph owns the task until here.
-            if unsafe { task.as_ref() }.pending.get() == 0 {
+            if unsafe { task.as_ref() }.unfinished.get() == 0 {
                 // SAFETY: unlinked from `tasks` just above.
                 unsafe { ready.push_back(task) };
             }

@@ -13,21 +13,23 @@ mod counters;
 mod deque;
 mod executor;
 mod graph;
-mod kinds;
+mod kind;
 mod scope;
 #[allow(clippy::module_inception)]
 mod task;
 mod worker;
 
-pub(crate) use worker::Shared as ExecutorState;
+pub(crate) use worker::ExecutorState;
 
 pub use executor::{Executor, ExecutorConfig};
 pub use graph::{Graph, TaskId};
-pub use kinds::CallContext;
+pub use kind::CallContext;
 pub use scope::Scope;
 
-/// The executor's lock-free counters, public only for the loom models in
-/// `loom-tests/` (which must check the code the executor runs).
+/// The executor's lock-free counters, public (feature `testing`) only for
+/// the loom models in `loom-tests/`, which must check the code the
+/// executor runs.
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod __model {
     pub use super::counters::{JoinCount, SleepState, TileCounter};

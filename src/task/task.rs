@@ -18,9 +18,9 @@ pub(crate) const PAYLOAD: usize = 192;
 pub(crate) const TASK_BLOCK: usize = mem::size_of::<Task>();
 
 /// `flags`: a predecessor failed; skip the payload and propagate.
-pub(crate) const FAILED: u32 = 1;
+pub(crate) const FLAG_FAILED: u32 = 1;
 /// `flags`: cancelled by executor shutdown (waits).
-pub(crate) const CANCELLED: u32 = 2;
+pub(crate) const FLAG_CANCELLED: u32 = 2;
 
 /// What running a task's payload produced.
 pub(crate) enum Outcome {
@@ -49,7 +49,7 @@ pub(crate) struct VTable {
 /// Who owns a task when: the graph builder until submission; then the
 /// queue it sits in, or the worker running it; a task waiting for its
 /// predecessors is owned by them collectively (the one that takes
-/// `pending` to zero makes it ready). Retiring frees the block.
+/// `unfinished` to zero makes it ready). Retiring frees the block.
 #[repr(C, align(64))]
 pub(crate) struct Task {
     /// Queue link (injector, spill list).
@@ -57,11 +57,11 @@ pub(crate) struct Task {
     /// Next dependent in the fork list of the barrier this task follows.
     pub(crate) fork_next: Cell<Option<NonNull<Task>>>,
     /// The task this one counts toward (its join), if any.
-    pub(crate) completion: Cell<Option<NonNull<Task>>>,
+    pub(crate) completion_task: Cell<Option<NonNull<Task>>>,
     /// Predecessors still running (+ a hold while the task itself runs and
     /// adds children).
-    pub(crate) pending: JoinCount,
-    /// `FAILED`, `CANCELLED`.
+    pub(crate) unfinished: JoinCount,
+    /// `FLAG_FAILED`, `FLAG_CANCELLED`.
     pub(crate) flags: AtomicU32,
     pub(crate) scope: NonNull<ScopeInner>,
     pub(crate) vtable: &'static VTable,
@@ -99,13 +99,15 @@ static_assertions::const_assert_eq!(TASK_BLOCK, 256);
 static_assertions::const_assert_eq!(mem::offset_of!(Task, payload), 64);
 
 impl Task {
-    /// The payload as a `T`.
+    /// The payload as a `T`, borrowed for as long as the task is.
     ///
     /// # Safety
-    /// The task's payload is a live `T` (its vtable says so).
-    pub(crate) unsafe fn payload<'a, T>(task: NonNull<Task>) -> &'a T {
-        // SAFETY: forwarded contract; payload is at a fixed offset.
-        unsafe { &*Self::payload_ptr::<T>(task) }
+    /// The task's payload is a live `T` (its vtable says so), not written
+    /// while the borrow lasts.
+    pub(crate) unsafe fn payload<T>(&self) -> &T {
+        // SAFETY: forwarded contract; the payload is at a fixed offset of
+        // this task, so the reference lives no longer than `self`'s.
+        unsafe { &*Self::payload_ptr::<T>(NonNull::from(self)) }
     }
 
     /// Pointer to the payload as a `T` (size and alignment checked at
@@ -121,18 +123,18 @@ impl Task {
     }
 
     /// Adds one predecessor.
-    pub(crate) fn add_pending(&self) {
-        self.pending.add();
+    pub(crate) fn add_unfinished(&self) {
+        self.unfinished.add();
     }
 
     /// Marks a predecessor's failure (before the decrement that may make
     /// this task ready, which releases it).
     pub(crate) fn mark_failed(&self) {
-        self.flags.fetch_or(FAILED, Ordering::Relaxed);
+        self.flags.fetch_or(FLAG_FAILED, Ordering::Relaxed);
     }
 
     /// One predecessor finished: `true` if this made the task ready.
     pub(crate) fn finish_one(&self) -> bool {
-        self.pending.finish_one()
+        self.unfinished.finish_one()
     }
 }

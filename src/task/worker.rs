@@ -28,9 +28,9 @@ use super::deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_utils::CachePadded;
 
 use super::counters::SleepState;
-use super::kinds::WaitState;
+use super::kind::WaitState;
 use super::scope::ScopeInner;
-use super::task::{Outcome, Task, TaskPtr, CANCELLED, FAILED};
+use super::task::{Outcome, Task, TaskPtr, FLAG_CANCELLED, FLAG_FAILED};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, SList, TransferStack};
 use crate::pool::{BlockCache, BlockPool, RawBlock};
@@ -51,7 +51,7 @@ pub(crate) struct Slot {
 }
 
 /// State shared by the executor handle, its workers and its tasks.
-pub(crate) struct Shared {
+pub(crate) struct ExecutorState {
     pub(crate) pool: BlockPool,
     pub(crate) injector: TransferStack<Task>,
     pub(crate) stealers: Box<[Stealer<TaskPtr>]>,
@@ -70,17 +70,17 @@ pub(crate) struct Shared {
 
 // SAFETY: the raw task pointers inside (injector, waits) are owned by the
 // structures holding them and only moved between threads with ownership.
-unsafe impl Send for Shared {}
+unsafe impl Send for ExecutorState {}
 // SAFETY: as above; shared access goes through atomics and mutexes.
-unsafe impl Sync for Shared {}
+unsafe impl Sync for ExecutorState {}
 
-impl Shared {
+impl ExecutorState {
     pub(crate) fn new(
         workers: usize,
         spin: bool,
         stealers: Box<[Stealer<TaskPtr>]>,
-    ) -> Result<Shared, Error> {
-        Ok(Shared {
+    ) -> Result<ExecutorState, Error> {
+        Ok(ExecutorState {
             pool: BlockPool::with_config(crate::pool::BlockPoolConfig {
                 block_size: super::task::TASK_BLOCK,
                 align: 64,
@@ -169,9 +169,9 @@ impl Shared {
     }
 }
 
-impl Drop for Shared {
+impl Drop for ExecutorState {
     fn drop(&mut self) {
-        liveness::died(self as *const Shared);
+        liveness::died(self as *const ExecutorState);
     }
 }
 
@@ -179,6 +179,20 @@ fn unpark(slot: &Slot) {
     let thread = slot.thread.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(t) = thread.as_ref() {
         t.unpark();
+    }
+}
+
+/// The executor's task pool, owned through the executor's state: a
+/// worker's block cache holds one, so the pool outlives every cached block
+/// however the worker and the executor are dropped.
+#[derive(Clone)]
+pub(crate) struct TaskPool(pub(crate) Arc<ExecutorState>);
+
+impl std::ops::Deref for TaskPool {
+    type Target = BlockPool;
+
+    fn deref(&self) -> &BlockPool {
+        &self.0.pool
     }
 }
 
@@ -193,36 +207,28 @@ pub(crate) struct Worker {
     /// workers must hear of them before this worker runs anything.
     unannounced: bool,
     /// Task blocks, cached per worker (no atomics while the stash lasts).
-    pub(crate) cache: BlockCache<&'static BlockPool>,
+    pub(crate) cache: BlockCache<TaskPool>,
     /// Retirements not yet subtracted from their scope's count...
     retired_scope: Option<(NonNull<ScopeInner>, usize)>,
     /// ... and from `shared.live` (flushed when idle, on a scope change,
     /// or every `FLUSH_EVERY`).
     retired_live: usize,
-    /// Declared last, so dropped last: `cache` gives its blocks back to
-    /// `shared.pool` when dropped, and a worker of a detached executor
-    /// may hold the last reference to it.
-    pub(crate) shared: Arc<Shared>,
+    /// The executor this worker runs for.
+    pub(crate) shared: Arc<ExecutorState>,
 }
 
 /// Retirements a worker batches before publishing them.
 const FLUSH_EVERY: usize = 64;
 
 impl Worker {
-    /// # Safety
-    /// `shared` outlives the worker (the cache borrows its pool as
-    /// `'static`; the worker is dropped before `shared`).
-    pub(crate) unsafe fn new(index: usize, shared: Arc<Shared>, local: Deque<TaskPtr>) -> Worker {
-        // SAFETY: the worker holds an `Arc` to `shared`, so the pool lives
-        // as long as the cache; the cache is dropped with the worker.
-        let pool: &'static BlockPool = unsafe { &*(&shared.pool as *const BlockPool) };
+    pub(crate) fn new(index: usize, shared: Arc<ExecutorState>, local: Deque<TaskPtr>) -> Worker {
         Worker {
             index,
+            cache: BlockCache::new(TaskPool(shared.clone())),
             shared,
             local,
             spill: SList::new(),
             unannounced: false,
-            cache: BlockCache::new(pool),
             retired_scope: None,
             retired_live: 0,
         }
@@ -480,7 +486,7 @@ impl Worker {
                 self.flush();
             }
             let flags = t.flags.load(Ordering::Acquire);
-            let outcome = if flags & FAILED != 0 {
+            let outcome = if flags & FLAG_FAILED != 0 {
                 // A predecessor failed: skip the payload (its failure is
                 // already the scope's), but pass it on.
                 // SAFETY: the vtable matches the payload.
@@ -504,7 +510,7 @@ impl Worker {
             let failed = match result {
                 Ok(()) => false,
                 Err(e) => {
-                    if flags & FAILED == 0 || flags & CANCELLED != 0 {
+                    if flags & FLAG_FAILED == 0 || flags & FLAG_CANCELLED != 0 {
                         // SAFETY: the task keeps its scope alive.
                         unsafe { t.scope.as_ref() }.record(e);
                     }
@@ -525,7 +531,7 @@ impl Worker {
         // SAFETY: we own the finished task.
         let t = unsafe { task.as_ref() };
         let mut next = None;
-        if let Some(c) = t.completion.get() {
+        if let Some(c) = t.completion_task.get() {
             // SAFETY: a completion task outlives its predecessors.
             let c_ref = unsafe { c.as_ref() };
             if failed {
@@ -535,8 +541,8 @@ impl Worker {
                 next = Some(c);
             }
         }
-        // SAFETY: barrier payloads list their dependents (see `kinds`).
-        let mut dependent = unsafe { super::kinds::fork_head(task) };
+        // SAFETY: barrier payloads list their dependents (see `kind::nop`).
+        let mut dependent = unsafe { super::kind::fork_head(task) };
         while let Some(d) = dependent {
             // SAFETY: dependents outlive the barrier; read the link before
             // the dependent may run (and be freed).

@@ -120,7 +120,7 @@ impl CudaBackend {
                 if publish {
                     // Published only now that its record is issued: a
                     // device wait never sees an event never recorded
-                    // (defect 6 of the seed).
+                    // (IREE bug 17025).
                     for (sem, value) in work.signals() {
                         sem.record_device_signal(value, event.clone().erase());
                     }

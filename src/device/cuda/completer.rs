@@ -1,5 +1,5 @@
 //! How a CUDA queue learns that issued work finished, without any CUDA
-//! call inside a CUDA callback (defect 5 of the seed). One small type,
+//! call inside a CUDA callback (IREE deadlocked on this). One small type,
 //! [`Completer`], two designs behind [`CompletionMode`].
 //!
 //! Either way the issuer pushes each issued action, in stream order, on a

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use super::driver::{check, Context, GraphExec, PinnedMem};
-use crate::command_buffer::Command;
+use crate::device::command_buffer::Command;
 use crate::error::{Error, ErrorKind};
 
 /// Pinned staging blocks, by power-of-two size, reused across recordings.

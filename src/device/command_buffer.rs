@@ -12,7 +12,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::device::Buffer;
+use super::Buffer;
 use crate::error::{Error, ErrorKind};
 use crate::task::Tile;
 
@@ -44,7 +44,7 @@ pub(crate) enum Command {
         f: TileFn,
     },
     #[cfg(feature = "cuda")]
-    Launch(crate::device::cuda::Launch),
+    Launch(super::cuda::Launch),
 }
 
 /// The device a command buffer records for.
@@ -52,7 +52,7 @@ pub(crate) enum Command {
 pub(crate) enum Target {
     Cpu,
     #[cfg(feature = "cuda")]
-    Cuda(Arc<crate::device::cuda::CudaShared>),
+    Cuda(Arc<super::cuda::CudaShared>),
 }
 
 impl Command {
@@ -107,8 +107,8 @@ pub(crate) struct Recording {
     /// Declared first: the graph is destroyed before the buffers it uses.
     #[cfg(feature = "cuda")]
     cuda: Option<(
-        Arc<crate::device::cuda::driver::Context>,
-        Option<crate::device::cuda::graph::CudaGraph>,
+        Arc<super::cuda::driver::Context>,
+        Option<super::cuda::graph::CudaGraph>,
     )>,
     pub(crate) stages: Vec<Vec<Command>>,
 }
@@ -125,13 +125,13 @@ impl Recording {
 
     /// Whether it was recorded for the CUDA device of `ctx`.
     #[cfg(feature = "cuda")]
-    pub(crate) fn is_for(&self, ctx: &Arc<crate::device::cuda::driver::Context>) -> bool {
+    pub(crate) fn is_for(&self, ctx: &Arc<super::cuda::driver::Context>) -> bool {
         matches!(&self.cuda, Some((c, _)) if Arc::ptr_eq(c, ctx))
     }
 
     /// The graph every submission launches (CUDA recordings).
     #[cfg(feature = "cuda")]
-    pub(crate) fn cuda_graph(&self) -> Option<&crate::device::cuda::graph::CudaGraph> {
+    pub(crate) fn cuda_graph(&self) -> Option<&super::cuda::graph::CudaGraph> {
         self.cuda.as_ref().and_then(|(_, g)| g.as_ref())
     }
 }
@@ -327,11 +327,11 @@ impl CommandBuffer {
     #[cfg(feature = "cuda")]
     pub fn launch(
         &mut self,
-        kernel: &crate::device::Kernel,
+        kernel: &super::Kernel,
         grid: [u32; 3],
         block: [u32; 3],
         shared_mem: u32,
-        args: &[crate::device::KernelArg<'_>],
+        args: &[super::KernelArg<'_>],
     ) -> Result<(), Error> {
         let Target::Cuda(shared) = &self.target else {
             return Err(Error::new(
@@ -339,7 +339,7 @@ impl CommandBuffer {
                 "kernel launch recorded for the CPU device: record a dispatch",
             ));
         };
-        let launch = crate::device::cuda::Launch::new(kernel, grid, block, shared_mem, args)?;
+        let launch = super::cuda::Launch::new(kernel, grid, block, shared_mem, args)?;
         if !Arc::ptr_eq(launch.context(), &shared.ctx) {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -372,8 +372,7 @@ impl CommandBuffer {
         let cuda = match &self.target {
             Target::Cpu => None,
             Target::Cuda(shared) => {
-                let graph =
-                    crate::device::cuda::graph::build(&shared.ctx, &shared.pinned, &self.stages)?;
+                let graph = super::cuda::graph::build(&shared.ctx, &shared.pinned, &self.stages)?;
                 Some((shared.ctx.clone(), graph))
             }
         };

@@ -1,0 +1,156 @@
+//! `BlockCache`: a per-owner stash of free blocks in front of a
+//! [`BlockPool`], so a worker's acquire and release touch no shared atomic
+//! while the stash lasts.
+
+use std::fmt;
+use std::mem::MaybeUninit;
+use std::ops::Deref;
+
+use super::{BlockPool, RawBlock};
+use crate::error::Error;
+use crate::sync::atomic::Ordering;
+
+/// A single owner's stash of free blocks in front of a shared [`BlockPool`]
+/// (a "magazine", as in slab allocators): `acquire` and `release` touch no
+/// atomic while the stash has blocks (or room), and move half a stash at a
+/// time to or from the pool with **one** CAS. For owners that acquire and
+/// release in a loop: an executor worker, a queue's issuer.
+///
+/// `P` is anything that derefs to the pool (`&BlockPool`,
+/// `Arc<BlockPool>`). Blocks in a stash are not on the pool's free list
+/// (`count_free` does not see them); dropping the cache, or
+/// [`flush`](Self::flush), returns them.
+///
+/// ```
+/// use fenceline::pool::{BlockCache, BlockPool};
+/// let pool = BlockPool::new(64, 64)?;
+/// let mut cache: BlockCache<&BlockPool> = BlockCache::new(&pool);
+/// let block = cache.acquire()?;
+/// // SAFETY: `block` came from `cache`, whose pool is `pool`.
+/// unsafe { cache.release(block) };
+/// # Ok::<(), fenceline::Error>(())
+/// ```
+pub struct BlockCache<P: Deref<Target = BlockPool>, const N: usize = 32> {
+    pool: P,
+    len: usize,
+    blocks: [MaybeUninit<RawBlock>; N],
+}
+
+impl<P: Deref<Target = BlockPool>, const N: usize> fmt::Debug for BlockCache<P, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockCache")
+            .field("stashed", &self.len)
+            .field("capacity", &N)
+            .finish()
+    }
+}
+
+impl<P: Deref<Target = BlockPool>, const N: usize> BlockCache<P, N> {
+    const HALF: usize = {
+        assert!(N >= 2, "a BlockCache holds at least 2 blocks");
+        N / 2
+    };
+
+    /// An empty cache in front of `pool`.
+    pub fn new(pool: P) -> Self {
+        let _ = Self::HALF;
+        BlockCache {
+            pool,
+            len: 0,
+            blocks: [const { MaybeUninit::uninit() }; N],
+        }
+    }
+
+    /// The pool behind the cache.
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+
+    /// Blocks stashed now.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the stash is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A block from the stash, refilling half of it from the pool (one CAS)
+    /// when it is empty, growing the pool when that is empty too.
+    ///
+    /// Errors: `ResourceExhausted` as for [`BlockPool::acquire`].
+    #[inline]
+    pub fn acquire(&mut self) -> Result<RawBlock, Error> {
+        if self.len == 0 {
+            return self.refill();
+        }
+        self.len -= 1;
+        // SAFETY: slots below the old `len` hold blocks; this one is moved
+        // out and the slot counts as empty from now on.
+        Ok(unsafe { self.blocks[self.len].assume_init_read() })
+    }
+
+    #[cold]
+    fn refill(&mut self) -> Result<RawBlock, Error> {
+        let Some((first, count)) = self.pool.pop_chain(Self::HALF as u32 + 1) else {
+            return self.pool.acquire_raw();
+        };
+        let mut index = first;
+        for i in 0..count {
+            // SAFETY: the chain is ours now; its blocks are this pool's.
+            let ptr = unsafe { self.pool.block_ptr(index) };
+            let block = RawBlock { ptr, index };
+            if i + 1 == count {
+                return Ok(block);
+            }
+            self.blocks[self.len].write(block);
+            self.len += 1;
+            // SAFETY: as above; the links of an owned chain are stable.
+            index = unsafe { self.pool.next_of(index) }.load(Ordering::Relaxed);
+        }
+        unreachable!("a popped chain has at least one block");
+    }
+
+    /// Puts a block in the stash, first returning half of a full stash to
+    /// the pool (one CAS).
+    ///
+    /// # Safety
+    /// `block` was acquired from this cache's pool (through any cache or the
+    /// pool itself) and is released once.
+    #[inline]
+    pub unsafe fn release(&mut self, block: RawBlock) {
+        if self.len == N {
+            self.spill(Self::HALF);
+        }
+        self.blocks[self.len].write(block);
+        self.len += 1;
+    }
+
+    /// Returns the top `count` stashed blocks to the pool in one push.
+    fn spill(&mut self, count: usize) {
+        let from = self.len - count;
+        self.len = from;
+        let blocks = self.blocks[from..from + count].iter().map(|slot| {
+            // SAFETY: slots `from..from + count` held blocks; `len` no longer
+            // counts them, so each is moved out exactly once.
+            unsafe { slot.assume_init_read() }
+        });
+        // SAFETY: stashed blocks belong to this pool (release's contract)
+        // and are released once.
+        unsafe { self.pool.release_raw_all(blocks) };
+    }
+
+    /// Returns every stashed block to the pool (one CAS).
+    pub fn flush(&mut self) {
+        if self.len > 0 {
+            self.spill(self.len);
+        }
+    }
+}
+
+impl<P: Deref<Target = BlockPool>, const N: usize> Drop for BlockCache<P, N> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}

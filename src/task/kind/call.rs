@@ -1,0 +1,117 @@
+//! `call`: a closure that may spawn child calls and runs again after them.
+
+use std::ptr::NonNull;
+
+use super::{new_task, Kind};
+use crate::error::Error;
+use crate::pool::{BlockCache, BlockPool};
+use crate::sync::atomic::Ordering;
+use crate::task::scope::ScopeInner;
+use crate::task::task::{Outcome, Task};
+use crate::task::worker::Worker;
+use crate::unwind::guarded;
+
+/// What a running call can do: add child calls that it joins on. A call
+/// that added children runs again once they all finished (unless one
+/// failed).
+pub struct CallContext<'w> {
+    worker: &'w mut Worker,
+    task: NonNull<Task>,
+    children: u32,
+    runs: u8,
+}
+
+impl CallContext<'_> {
+    /// How many times this call has run before (0 on the first run).
+    pub fn reentry(&self) -> u8 {
+        self.runs.saturating_sub(1)
+    }
+
+    /// Adds a child call; this call runs again after all its children.
+    ///
+    /// Errors: `ResourceExhausted` if no task block can be had.
+    pub fn spawn<F>(&mut self, f: F) -> Result<(), Error>
+    where
+        F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
+    {
+        // SAFETY: `self.task` is the running call, alive until it retires,
+        // which waits for this child.
+        let parent = unsafe { self.task.as_ref() };
+        let child = make_call(&mut self.worker.cache, parent.scope, f)?;
+        // SAFETY: just created, ours.
+        let c = unsafe { child.as_ref() };
+        c.completion_task.set(Some(self.task));
+        parent.add_unfinished();
+        // SAFETY: the parent keeps the scope alive and non-idle.
+        unsafe { parent.scope.as_ref() }.enter_from_task();
+        self.worker.shared.live.fetch_add(1, Ordering::Relaxed);
+        self.children += 1;
+        self.worker.push(child);
+        // The call keeps running (and may block on its child): idle
+        // workers must be able to take the child now.
+        self.worker.publish();
+        Ok(())
+    }
+}
+
+type CallFn = dyn FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send;
+
+struct CallPayload<F> {
+    f: F,
+}
+
+impl<F> Kind for CallPayload<F>
+where
+    F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
+{
+    const NAME: &'static str = "call";
+
+    unsafe fn run(task: NonNull<Task>, worker: &mut Worker) -> Outcome {
+        // SAFETY: the running worker owns the task.
+        let t = unsafe { task.as_ref() };
+        // Hold the task while it runs, so children finishing early cannot make
+        // it ready before the closure returned.
+        t.unfinished.set(1);
+        let mut cx = CallContext {
+            worker,
+            task,
+            children: 0,
+            runs: t.runs.get(),
+        };
+        // SAFETY: the payload is a `CallPayload<F>`, touched only by the worker
+        // running the task.
+        let payload = unsafe { &mut *Task::payload_ptr::<CallPayload<F>>(task) };
+        let result = guarded(|| (payload.f)(&mut cx));
+        if cx.children == 0 {
+            return Outcome::Done(result);
+        }
+        if let Err(e) = result {
+            // SAFETY: the task keeps its scope alive.
+            unsafe { t.scope.as_ref() }.record(e);
+            t.mark_failed();
+        }
+        if t.finish_one() {
+            // Every child already finished: ready again, run it again (or skip
+            // it, if one failed) from the queue.
+            cx.worker.push(task);
+        }
+        Outcome::Suspended
+    }
+}
+
+/// Creates a call task (not yet ready: `unfinished` 0, no links).
+pub(crate) fn make_call<F, P: std::ops::Deref<Target = BlockPool>>(
+    cache: &mut BlockCache<P>,
+    scope: NonNull<ScopeInner>,
+    f: F,
+) -> Result<NonNull<Task>, Error>
+where
+    F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
+{
+    if Task::fits::<CallPayload<F>>() {
+        new_task(cache, scope, CallPayload { f })
+    } else {
+        let boxed: Box<CallFn> = Box::new(f);
+        new_task(cache, scope, CallPayload { f: boxed })
+    }
+}

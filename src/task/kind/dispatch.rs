@@ -1,0 +1,152 @@
+//! `dispatch`: a closure over a 3-D tile grid, split into shards that claim
+//! ranges of tiles from one atomic counter.
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use super::{new_task, Kind};
+use crate::error::Error;
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::task::counters::TileCounter;
+use crate::task::task::{Outcome, Task};
+use crate::task::worker::Worker;
+use crate::task::Tile;
+use crate::unwind::guarded;
+
+/// A dispatch's payload: the tile closure, its grid and the tile counter.
+pub(crate) struct DispatchPayload<F> {
+    f: F,
+    grid: [u32; 3],
+    tiles: TileCounter,
+    stop: AtomicBool,
+}
+
+impl<F> DispatchPayload<F> {
+    /// A dispatch of `f` over `grid`, of `total` tiles (`tile_count`).
+    pub(crate) fn new(grid: [u32; 3], total: u64, f: F) -> Self {
+        DispatchPayload {
+            f,
+            grid,
+            tiles: TileCounter::new(total, 1),
+            stop: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A shard of a dispatch of `F`: claims and runs tiles of its dispatch.
+struct ShardPayload<F> {
+    dispatch: NonNull<Task>,
+    _dispatch_kind: PhantomData<fn() -> F>,
+}
+
+impl<F> Kind for DispatchPayload<F>
+where
+    F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
+{
+    const NAME: &'static str = "dispatch";
+
+    unsafe fn run(task: NonNull<Task>, worker: &mut Worker) -> Outcome {
+        // SAFETY: ours while running.
+        let t = unsafe { task.as_ref() };
+        // SAFETY: the payload is a `DispatchPayload<F>`.
+        let p = unsafe { &mut *Task::payload_ptr::<DispatchPayload<F>>(task) };
+        let total = p.tiles.total();
+        if t.runs.get() > 1 || total == 0 {
+            // Second run: every shard finished (a failed one marks us FLAG_FAILED
+            // and we are skipped instead). Or nothing to do.
+            return Outcome::Done(Ok(()));
+        }
+        let workers = worker.shared.slots.len() as u64;
+        let shards = workers.min(total).max(1);
+        p.tiles = TileCounter::new(total, (total / (shards * 16)).clamp(1, 1024));
+        t.unfinished.set(1); // hold while adding shards
+        for _ in 0..shards {
+            let shard = match new_task(
+                &mut worker.cache,
+                t.scope,
+                ShardPayload::<F> {
+                    dispatch: task,
+                    _dispatch_kind: PhantomData,
+                },
+            ) {
+                Ok(s) => s,
+                Err(e) => {
+                    // SAFETY: the task keeps its scope alive.
+                    unsafe { t.scope.as_ref() }.record(e);
+                    t.mark_failed();
+                    p.stop.store(true, Ordering::Relaxed);
+                    break;
+                }
+            };
+            // SAFETY: just created, ours.
+            unsafe { shard.as_ref() }.completion_task.set(Some(task));
+            t.add_unfinished();
+            // SAFETY: the dispatch keeps its scope alive and non-idle.
+            unsafe { t.scope.as_ref() }.enter_from_task();
+            worker.shared.live.fetch_add(1, Ordering::Relaxed);
+            worker.push(shard);
+        }
+        if t.finish_one() {
+            // Thieves ran every shard already: ready again for the second run.
+            worker.push(task);
+        }
+        Outcome::Suspended
+    }
+}
+
+impl<F> Kind for ShardPayload<F>
+where
+    F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
+{
+    const NAME: &'static str = "dispatch shard";
+
+    unsafe fn run(task: NonNull<Task>, _worker: &mut Worker) -> Outcome {
+        // SAFETY: the payload is a `ShardPayload` whose dispatch is suspended
+        // (alive) until every shard retired.
+        let dispatch = unsafe { task.as_ref().payload::<ShardPayload<F>>() }.dispatch;
+        // SAFETY: as above; shards only read it and use its atomics.
+        let p = unsafe { dispatch.as_ref().payload::<DispatchPayload<F>>() };
+        let [x, y, _] = p.grid;
+        let (x, y) = (u64::from(x), u64::from(y));
+        loop {
+            if p.stop.load(Ordering::Relaxed) {
+                return Outcome::Done(Ok(()));
+            }
+            let Some((start, end)) = p.tiles.claim() else {
+                return Outcome::Done(Ok(()));
+            };
+            let r = guarded(|| {
+                // One division per claimed range; then count x, y, z up.
+                let mut tile = Tile {
+                    workgroup_id: [
+                        (start % x) as u32,
+                        (start / x % y) as u32,
+                        (start / (x * y)) as u32,
+                    ],
+                    workgroup_count: p.grid,
+                };
+                for _ in start..end {
+                    (p.f)(&tile)?;
+                    let id = &mut tile.workgroup_id;
+                    id[0] += 1;
+                    if id[0] == p.grid[0] {
+                        id[0] = 0;
+                        id[1] += 1;
+                        if id[1] == p.grid[1] {
+                            id[1] = 0;
+                            id[2] += 1;
+                        }
+                    }
+                }
+                Ok(())
+            });
+            if let Err(e) = r {
+                p.stop.store(true, Ordering::Relaxed);
+                return Outcome::Done(Err(e));
+            }
+        }
+    }
+}
+
+/// Dispatch closures too large for a task block are boxed.
+pub(crate) type BoxedTileFn = Box<dyn Fn(&Tile) -> Result<(), Error> + Send + Sync>;

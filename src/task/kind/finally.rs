@@ -1,0 +1,54 @@
+//! `finally`: runs whether or not its predecessors failed, and is told which.
+
+use std::ptr::NonNull;
+
+use super::Kind;
+use crate::error::{Error, ErrorKind};
+use crate::task::task::{Outcome, Task};
+use crate::task::worker::Worker;
+use crate::unwind::guarded;
+
+/// Runs whether or not its predecessors failed, and is told which.
+pub(crate) struct FinallyPayload<F> {
+    pub(crate) f: Option<F>,
+}
+
+impl<F> Kind for FinallyPayload<F>
+where
+    F: FnOnce(Result<(), Error>) + Send + 'static,
+{
+    const NAME: &'static str = "finally";
+
+    unsafe fn run(task: NonNull<Task>, _worker: &mut Worker) -> Outcome {
+        // SAFETY: the payload is a `FinallyPayload<F>`, ours while running.
+        let p = unsafe { &mut *Task::payload_ptr::<FinallyPayload<F>>(task) };
+        if let Some(f) = p.f.take() {
+            Outcome::Done(guarded(|| {
+                f(Ok(()));
+                Ok(())
+            }))
+        } else {
+            Outcome::Done(Ok(()))
+        }
+    }
+
+    unsafe fn skip(task: NonNull<Task>) {
+        // SAFETY: as in `run`; the task keeps its scope alive.
+        let (p, t) = unsafe {
+            (
+                &mut *Task::payload_ptr::<FinallyPayload<F>>(task),
+                task.as_ref(),
+            )
+        };
+        if let Some(f) = p.f.take() {
+            // SAFETY: as above.
+            let error = unsafe { t.scope.as_ref() }
+                .first_error()
+                .unwrap_or_else(|| Error::new(ErrorKind::Aborted, "a task before it failed"));
+            let _ = guarded(|| {
+                f(Err(error));
+                Ok(())
+            });
+        }
+    }
+}

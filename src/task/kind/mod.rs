@@ -1,0 +1,107 @@
+//! Task kinds. Each kind is a payload type, written into the task block
+//! after the header, that implements [`Kind`]; [`vtable`] makes the one
+//! static table per kind that the worker calls through (as tokio's
+//! `runtime/task/raw.rs` does), so no kind writes a table by hand.
+
+mod call;
+mod dispatch;
+mod fence;
+mod finally;
+mod nop;
+mod wait;
+
+use std::marker::PhantomData;
+use std::ptr::{addr_of_mut, NonNull};
+
+use super::scope::ScopeInner;
+use super::task::{Outcome, Task, VTable};
+use super::worker::Worker;
+use crate::error::Error;
+use crate::pool::{BlockCache, BlockPool};
+
+pub(crate) use call::make_call;
+pub use call::CallContext;
+pub(crate) use dispatch::{BoxedTileFn, DispatchPayload};
+pub(crate) use fence::FencePayload;
+pub(crate) use finally::FinallyPayload;
+pub(crate) use nop::{fork_head, BarrierPayload, Nop};
+pub(crate) use wait::WaitState;
+
+/// A task kind: the payload type and what the worker does with it.
+pub(crate) trait Kind: Sized + 'static {
+    /// The kind's name, for messages (unique: [`is`] compares it).
+    const NAME: &'static str;
+
+    /// Runs the payload.
+    ///
+    /// # Safety
+    /// `task`'s payload is a `Self`, and the calling worker owns the task.
+    unsafe fn run(task: NonNull<Task>, worker: &mut Worker) -> Outcome;
+
+    /// Called instead of `run` when a predecessor failed (a fence fails
+    /// its semaphore); most kinds do nothing.
+    ///
+    /// # Safety
+    /// As for [`run`](Self::run).
+    unsafe fn skip(_task: NonNull<Task>) {}
+}
+
+/// The table of kind `K`.
+pub(crate) fn vtable<K: Kind>() -> &'static VTable {
+    struct Table<K>(PhantomData<K>);
+    impl<K: Kind> Table<K> {
+        const VTABLE: VTable = VTable {
+            run: K::run,
+            drop: drop_in_block::<K>,
+            skip: K::skip,
+            name: K::NAME,
+        };
+    }
+    &Table::<K>::VTABLE
+}
+
+/// Whether `task` is of kind `K` (by name: a promoted table may have
+/// several addresses across codegen units, a name has one value).
+pub(crate) fn is<K: Kind>(task: &Task) -> bool {
+    task.vtable.name == K::NAME
+}
+
+/// Drops the `T` payload of a task in place.
+///
+/// # Safety
+/// `task`'s payload is a live `T`, dropped once (by the vtable, at free).
+unsafe fn drop_in_block<T>(task: NonNull<Task>) {
+    // SAFETY: per contract.
+    unsafe { std::ptr::drop_in_place(Task::payload_ptr::<T>(task)) }
+}
+
+/// Writes a task of kind `K` with `payload` into a fresh block (not yet
+/// ready: `unfinished` 0, no links).
+pub(crate) fn new_task<K: Kind, P: std::ops::Deref<Target = BlockPool>>(
+    cache: &mut BlockCache<P>,
+    scope: NonNull<ScopeInner>,
+    payload: K,
+) -> Result<NonNull<Task>, Error> {
+    const { assert!(Task::fits::<K>(), "payload too large for a task block") };
+    let block = cache.acquire()?;
+    let task = block.as_ptr().cast::<Task>();
+    // SAFETY: the block is ours, `TASK_BLOCK` bytes aligned to 64.
+    // Field by field: writing a whole `Task` value would copy its 192
+    // uninitialized payload bytes too.
+    unsafe {
+        let t = task.as_ptr();
+        addr_of_mut!((*t).next).write(crate::list::SingleLinks::new());
+        addr_of_mut!((*t).fork_next).write(crate::sync::Cell::new(None));
+        addr_of_mut!((*t).completion_task).write(crate::sync::Cell::new(None));
+        addr_of_mut!((*t).unfinished).write(super::counters::JoinCount::new(0));
+        addr_of_mut!((*t).flags).write(crate::sync::atomic::AtomicU32::new(0));
+        addr_of_mut!((*t).scope).write(scope);
+        addr_of_mut!((*t).vtable).write(vtable::<K>());
+        addr_of_mut!((*t).block).write(block.index());
+        addr_of_mut!((*t).forked).write(crate::sync::Cell::new(false));
+        addr_of_mut!((*t).runs).write(crate::sync::Cell::new(0));
+        addr_of_mut!((*t).seq).write(crate::sync::Cell::new(0));
+        Task::payload_ptr::<K>(task).write(payload);
+    }
+    Ok(task)
+}

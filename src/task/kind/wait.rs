@@ -1,0 +1,172 @@
+//! `wait`: until a semaphore reaches a value, parked on a timepoint, with an
+//! optional deadline.
+
+use std::ptr::NonNull;
+use std::time::Instant;
+
+use super::Kind;
+use crate::error::{Error, ErrorKind};
+use crate::list::DoubleLinks;
+use crate::semaphore::{Registration, Semaphore, Timepoint};
+use crate::sync::atomic::Ordering;
+use crate::sync::Arc;
+use crate::task::task::{Outcome, Task, FLAG_CANCELLED};
+use crate::task::worker::{ExecutorState, Worker};
+
+/// A wait task's payload: what it waits for, its timepoint, and its place
+/// in the executor's list of parked waits (for timeouts and shutdown).
+pub(crate) struct WaitState {
+    links: DoubleLinks<WaitState>,
+    task: NonNull<Task>,
+    /// The executor, held while the task is suspended: the wake hands the
+    /// task over and then notifies a worker, and the executor may be
+    /// dropped between the two.
+    shared: Option<Arc<ExecutorState>>,
+    sem: Semaphore,
+    value: u64,
+    pub(crate) deadline: Option<Instant>,
+    timepoint: Timepoint,
+    /// In `shared.waits`; guarded by that lock.
+    listed: crate::sync::Cell<bool>,
+}
+crate::impl_linked!(WaitState, links: DoubleLinks<WaitState>);
+
+impl WaitState {
+    pub(crate) fn new(sem: Semaphore, value: u64, deadline: Option<Instant>) -> WaitState {
+        WaitState {
+            links: DoubleLinks::new(),
+            task: NonNull::dangling(),
+            shared: None,
+            sem,
+            value,
+            deadline,
+            timepoint: Timepoint::new(value, wait_wake, std::ptr::null()),
+            listed: crate::sync::Cell::new(false),
+        }
+    }
+
+    /// Cancels a parked wait whose deadline passed (or at shutdown):
+    /// returns its task to requeue, or `None` if its timepoint already
+    /// fired (the callback requeues it).
+    ///
+    /// # Safety
+    /// `w` is linked in `waits` (the executor's list, locked).
+    pub(crate) unsafe fn expire(
+        w: NonNull<WaitState>,
+        waits: &mut crate::list::DList<WaitState>,
+        shutdown: bool,
+    ) -> Option<NonNull<Task>> {
+        // SAFETY: listed, hence alive.
+        let state = unsafe { w.as_ref() };
+        // SAFETY: the timepoint was registered on `sem` (it is listed).
+        if !unsafe { state.sem.cancel(NonNull::from(&state.timepoint)) } {
+            return None;
+        }
+        // SAFETY: linked in `waits`.
+        unsafe { waits.erase(w) };
+        state.listed.set(false);
+        if shutdown {
+            // SAFETY: the task is suspended and now ours.
+            unsafe { state.task.as_ref() }
+                .flags
+                .fetch_or(FLAG_CANCELLED, Ordering::Relaxed);
+        }
+        Some(state.task)
+    }
+}
+
+impl WaitState {
+    /// Takes the state out of the executor's list of parked waits, if it
+    /// is there (the wake and a registration that found the value reached
+    /// both do; an expiry unlisted it already).
+    fn unlist(&self, exec: &ExecutorState) {
+        let mut waits = exec.lock_waits();
+        if self.listed.get() {
+            // SAFETY: listed means linked in `waits`, whose lock we hold.
+            unsafe { waits.erase(NonNull::from(self)) };
+            self.listed.set(false);
+        }
+        exec.suspended_waits.store(waits.len(), Ordering::Release);
+    }
+}
+
+/// Timepoint callback of a wait task: unlist it and make it ready.
+unsafe fn wait_wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
+    // SAFETY: the context is the `WaitState` holding this timepoint, alive
+    // while the task is suspended (it is, until we requeue it).
+    let state = unsafe { &*tp.as_ref().context().cast::<WaitState>() };
+    // Our own reference to the executor: once the task is injected it may
+    // run, retire (dropping the state's reference) and be the executor's
+    // last task, and the executor may be freed before `notify` below.
+    let Some(shared) = state.shared.clone() else {
+        unreachable!("a suspended wait task holds its executor");
+    };
+    state.unlist(&shared);
+    shared.inject(state.task);
+}
+
+impl Kind for WaitState {
+    const NAME: &'static str = "wait";
+
+    unsafe fn run(task: NonNull<Task>, worker: &mut Worker) -> Outcome {
+        // SAFETY: the payload is a `WaitState`, owned by the running worker.
+        let state = unsafe { &mut *Task::payload_ptr::<WaitState>(task) };
+        // SAFETY: ours while running.
+        if unsafe { task.as_ref() }.flags.load(Ordering::Acquire) & FLAG_CANCELLED != 0 {
+            return Outcome::Done(Err(Error::new(
+                ErrorKind::Cancelled,
+                "wait task cancelled: the executor was dropped",
+            )));
+        }
+        loop {
+            match state.sem.query() {
+                Err(e) => return Outcome::Done(Err(e)),
+                Ok(v) if v >= state.value => return Outcome::Done(Ok(())),
+                Ok(_) => {}
+            }
+            if state.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Outcome::Done(Err(Error::new(
+                    ErrorKind::DeadlineExceeded,
+                    format!("wait task: semaphore did not reach {} in time", state.value),
+                )));
+            }
+            state.task = task;
+            if state.shared.is_none() {
+                state.shared = Some(worker.shared.clone());
+            }
+            let ctx = (state as *const WaitState).cast::<()>();
+            state.timepoint = Timepoint::new(state.value, wait_wake, ctx);
+            {
+                let mut waits = worker.shared.lock_waits();
+                // SAFETY: the state lives in the suspended task's payload until
+                // the task is requeued, which unlists it first.
+                unsafe { waits.push_back(NonNull::from(&*state)) };
+                state.listed.set(true);
+                worker
+                    .shared
+                    .suspended_waits
+                    .store(waits.len(), Ordering::Release);
+            }
+            // Read before registering: once registered, the timepoint may fire
+            // and the task run (and be freed) on another worker.
+            let timed = state.deadline.is_some();
+            // SAFETY: the timepoint stays in place until it fires or is
+            // cancelled (the task is suspended, its block not freed).
+            match unsafe { state.sem.register(NonNull::from(&state.timepoint)) } {
+                Registration::Pending => {
+                    if timed {
+                        // A parked worker armed its timer before this deadline
+                        // existed: wake one, so it re-arms (this worker may
+                        // stay busy with other tasks for long).
+                        worker.shared.notify();
+                    }
+                    return Outcome::Suspended;
+                }
+                Registration::Reached | Registration::Failed(_) => {
+                    state.unlist(&worker.shared);
+                    // Loop: the query above now answers.
+                }
+            }
+        }
+    }
+}
