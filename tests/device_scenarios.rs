@@ -45,3 +45,25 @@ fn a_failing_tile_fails_the_signals() {
     d.queue(0).unwrap().barrier(&[], &[(&ok, 1)]).unwrap();
     ok.wait(1, LONG).unwrap();
 }
+
+/// The queue ordering contract, on the CPU device: a queue orders nothing
+/// by itself, only semaphores do, and the CPU device does run two actions
+/// of one queue at once when both are ready: the first blocks until the
+/// second, submitted after it on the same queue, has run. (A CUDA queue
+/// runs them in stream order, one allowed schedule of the same contract;
+/// ordering through semaphores is checked on both devices in
+/// `common/scenarios.rs`.)
+#[test]
+fn one_queue_runs_two_ready_actions_concurrently_on_the_cpu() {
+    let d = device(1);
+    let q = d.queue(0).unwrap();
+    let (gate, done) = (Semaphore::new(0), Semaphore::new(0));
+    let g = gate.clone();
+    // Submitted first; waits (inside its host call) for the second.
+    q.host_call(&[], &[(&done, 1)], move || g.wait(1, LONG))
+        .unwrap();
+    let g = gate.clone();
+    q.host_call(&[], &[], move || g.signal(1)).unwrap();
+    done.wait(1, LONG).unwrap();
+    assert_eq!(gate.query().unwrap(), 1);
+}
