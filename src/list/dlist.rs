@@ -4,7 +4,9 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-use super::links::{dnext, dprev, set_dnext, set_dprev, DoubleLinks, Linked};
+use super::links::{
+    double_next, double_prev, set_double_next, set_double_prev, DoubleLinks, Linked,
+};
 
 /// Intrusive doubly-linked list with O(1) push at both ends, `pop_front`,
 /// `erase` of any linked node, `take_all` and `append`. Single-threaded;
@@ -72,10 +74,10 @@ impl<T: Linked<DoubleLinks<T>>> DList<T> {
         // SAFETY: `node` is valid and ours to link (caller contract); `tail`
         // is a linked node, valid by the same contract.
         unsafe {
-            set_dnext(node, None);
-            set_dprev(node, self.tail);
+            set_double_next(node, None);
+            set_double_prev(node, self.tail);
             match self.tail {
-                Some(tail) => set_dnext(tail, Some(node)),
+                Some(tail) => set_double_next(tail, Some(node)),
                 None => self.head = Some(node),
             }
         }
@@ -90,10 +92,10 @@ impl<T: Linked<DoubleLinks<T>>> DList<T> {
     pub unsafe fn push_front(&mut self, node: NonNull<T>) {
         // SAFETY: as in `push_back`.
         unsafe {
-            set_dprev(node, None);
-            set_dnext(node, self.head);
+            set_double_prev(node, None);
+            set_double_next(node, self.head);
             match self.head {
-                Some(head) => set_dprev(head, Some(node)),
+                Some(head) => set_double_prev(head, Some(node)),
                 None => self.tail = Some(node),
             }
         }
@@ -113,12 +115,12 @@ impl<T: Linked<DoubleLinks<T>>> DList<T> {
         };
         // SAFETY: `at` and its successor are linked here; `node` is ours.
         unsafe {
-            let next = dnext(at);
-            set_dprev(node, Some(at));
-            set_dnext(node, next);
-            set_dnext(at, Some(node));
+            let next = double_next(at);
+            set_double_prev(node, Some(at));
+            set_double_next(node, next);
+            set_double_next(at, Some(node));
             match next {
-                Some(n) => set_dprev(n, Some(node)),
+                Some(n) => set_double_prev(n, Some(node)),
                 None => self.tail = Some(node),
             }
         }
@@ -131,7 +133,7 @@ impl<T: Linked<DoubleLinks<T>>> DList<T> {
     /// `node` is linked in this list.
     pub unsafe fn next(&self, node: NonNull<T>) -> Option<NonNull<T>> {
         // SAFETY: linked, hence valid.
-        unsafe { dnext(node) }
+        unsafe { double_next(node) }
     }
 
     /// The node before `node`.
@@ -140,7 +142,7 @@ impl<T: Linked<DoubleLinks<T>>> DList<T> {
     /// `node` is linked in this list.
     pub unsafe fn prev(&self, node: NonNull<T>) -> Option<NonNull<T>> {
         // SAFETY: linked, hence valid.
-        unsafe { dprev(node) }
+        unsafe { double_prev(node) }
     }
 
     /// Unlinks and returns the first node.
@@ -166,24 +168,24 @@ impl<T: Linked<DoubleLinks<T>>> DList<T> {
     pub unsafe fn erase(&mut self, node: NonNull<T>) {
         // SAFETY: `node` and its neighbours are linked here, hence valid.
         unsafe {
-            let prev = dprev(node);
-            let next = dnext(node);
+            let prev = double_prev(node);
+            let next = double_next(node);
             match prev {
-                Some(p) => set_dnext(p, next),
+                Some(p) => set_double_next(p, next),
                 None => {
                     debug_assert_eq!(self.head, Some(node), "erase: node not in this list");
                     self.head = next;
                 }
             }
             match next {
-                Some(n) => set_dprev(n, prev),
+                Some(n) => set_double_prev(n, prev),
                 None => {
                     debug_assert_eq!(self.tail, Some(node), "erase: node not in this list");
                     self.tail = prev;
                 }
             }
-            set_dnext(node, None);
-            set_dprev(node, None);
+            set_double_next(node, None);
+            set_double_prev(node, None);
         }
         self.len -= 1;
     }
@@ -202,8 +204,8 @@ impl<T: Linked<DoubleLinks<T>>> DList<T> {
         match self.tail {
             // SAFETY: both nodes are linked (in `self` and `other`), so valid.
             Some(tail) => unsafe {
-                set_dnext(tail, Some(other_head));
-                set_dprev(other_head, Some(tail));
+                set_double_next(tail, Some(other_head));
+                set_double_prev(other_head, Some(tail));
             },
             None => self.head = Some(other_head),
         }
@@ -233,7 +235,7 @@ impl<T: Linked<DoubleLinks<T>>> Iterator for DIter<'_, T> {
     fn next(&mut self) -> Option<NonNull<T>> {
         let node = self.next?;
         // SAFETY: `node` is linked in the borrowed list, so valid.
-        self.next = unsafe { dnext(node) };
+        self.next = unsafe { double_next(node) };
         Some(node)
     }
 }

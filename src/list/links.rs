@@ -127,23 +127,27 @@ pub(crate) unsafe fn set_next<T: Linked<SingleLinks<T>>>(node: NonNull<T>, to: O
 /// # Safety
 /// `node` is valid and its double links are not accessed concurrently.
 #[inline]
-pub(crate) unsafe fn dnext<T: Linked<DoubleLinks<T>>>(node: NonNull<T>) -> Option<NonNull<T>> {
+pub(crate) unsafe fn double_next<T: Linked<DoubleLinks<T>>>(
+    node: NonNull<T>,
+) -> Option<NonNull<T>> {
     // SAFETY: as for `next`.
     unsafe { T::links(node).as_ref().next.with(|p| *p) }
 }
 
 /// # Safety
-/// As for [`dnext`].
+/// As for [`double_next`].
 #[inline]
-pub(crate) unsafe fn dprev<T: Linked<DoubleLinks<T>>>(node: NonNull<T>) -> Option<NonNull<T>> {
+pub(crate) unsafe fn double_prev<T: Linked<DoubleLinks<T>>>(
+    node: NonNull<T>,
+) -> Option<NonNull<T>> {
     // SAFETY: as for `next`.
     unsafe { T::links(node).as_ref().prev.with(|p| *p) }
 }
 
 /// # Safety
-/// As for [`dnext`].
+/// As for [`double_next`].
 #[inline]
-pub(crate) unsafe fn set_dnext<T: Linked<DoubleLinks<T>>>(
+pub(crate) unsafe fn set_double_next<T: Linked<DoubleLinks<T>>>(
     node: NonNull<T>,
     to: Option<NonNull<T>>,
 ) {
@@ -152,9 +156,9 @@ pub(crate) unsafe fn set_dnext<T: Linked<DoubleLinks<T>>>(
 }
 
 /// # Safety
-/// As for [`dnext`].
+/// As for [`double_next`].
 #[inline]
-pub(crate) unsafe fn set_dprev<T: Linked<DoubleLinks<T>>>(
+pub(crate) unsafe fn set_double_prev<T: Linked<DoubleLinks<T>>>(
     node: NonNull<T>,
     to: Option<NonNull<T>>,
 ) {

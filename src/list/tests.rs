@@ -94,7 +94,7 @@ fn check_dlist(list: &DList<Node>, expected: &[u32]) {
     while let Some(n) = cur {
         back.push(val(n));
         // SAFETY: linked nodes are valid.
-        cur = unsafe { links::dprev(n) };
+        cur = unsafe { links::double_prev(n) };
     }
     back.reverse();
     assert_eq!(back, expected, "prev links disagree with next links");

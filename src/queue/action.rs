@@ -51,8 +51,8 @@ pub(crate) struct QueueAction<P> {
     overflow: Option<NonNull<Overflow>>,
     pub(crate) payload: MaybeUninit<P>,
     entries: [MaybeUninit<Entry>; INLINE],
-    /// The issuer's list of pending actions (for shutdown).
-    pub(crate) pending: DoubleLinks<QueueAction<P>>,
+    /// Links in the issuer's list of actions waiting on a semaphore.
+    pub(crate) waiting_links: DoubleLinks<QueueAction<P>>,
     /// Armed on the wait at `cursor` while pending.
     pub(crate) timepoint: Timepoint,
     pub(crate) device_waits: [Option<AnyEvent>; DEVICE_WAITS],
@@ -69,7 +69,7 @@ unsafe impl<P> Linked<SingleLinks<QueueAction<P>>> for QueueAction<P> {
 unsafe impl<P> Linked<DoubleLinks<QueueAction<P>>> for QueueAction<P> {
     fn links(node: NonNull<Self>) -> NonNull<DoubleLinks<QueueAction<P>>> {
         // SAFETY: a field projection of a valid node pointer.
-        unsafe { NonNull::new_unchecked(addr_of_mut!((*node.as_ptr()).pending)) }
+        unsafe { NonNull::new_unchecked(addr_of_mut!((*node.as_ptr()).waiting_links)) }
     }
 }
 
@@ -94,7 +94,7 @@ impl<P> QueueAction<P> {
         // pool was made for `QueueAction<P>`); fields are written in place.
         unsafe {
             addr_of_mut!((*a).next).write(SingleLinks::new());
-            addr_of_mut!((*a).pending).write(DoubleLinks::new());
+            addr_of_mut!((*a).waiting_links).write(DoubleLinks::new());
             addr_of_mut!((*a).timepoint).write(Timepoint::new(0, wake, a.cast_const().cast()));
             addr_of_mut!((*a).owner).write(owner);
             addr_of_mut!((*a).block).write(block.index());

@@ -43,8 +43,11 @@ pub(crate) struct QueueState<B: Backend> {
     this: NonNull<QueueState<B>>,
 }
 
+/// What only the issuer touches.
 struct IssuerState<P> {
-    pending: DList<QueueAction<P>>,
+    /// Actions waiting on a semaphore (each armed on a timepoint): looked
+    /// at again only when that timepoint fires, or at shutdown.
+    waiting: DList<QueueAction<P>>,
 }
 
 // SAFETY: actions move between threads with their ownership; the issuer
@@ -93,7 +96,7 @@ impl<B: Backend> PendingQueue<B> {
             closed: AtomicBool::new(false),
             refs: CachePadded::new(AtomicUsize::new(1)),
             issuer: UnsafeCell::new(IssuerState {
-                pending: DList::new(),
+                waiting: DList::new(),
             }),
             examined: AtomicU64::new(0),
             this: NonNull::dangling(),
@@ -313,7 +316,7 @@ impl<B: Backend> Drop for Reference<B> {
 
 enum Class {
     Ready,
-    Pending,
+    Waiting,
     Failed(Error),
 }
 
@@ -364,8 +367,8 @@ impl<B: Backend> QueueState<B> {
         loop {
             // SAFETY: the counter went from 0 to 1 under us: we are the only
             // issuer until we swing it back to 0.
-            let st = unsafe { self.issuer_state() };
-            panicked.run(|| self.pass(st));
+            let issuer = unsafe { self.issuer_state() };
+            panicked.run(|| self.pass(issuer));
             match self
                 .requests
                 .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire)
@@ -391,27 +394,27 @@ impl<B: Backend> QueueState<B> {
     /// handling one (its completion firing a panicking timepoint callback)
     /// never strands the others taken with it; the first panic is resumed
     /// once every taken action was handled.
-    fn pass(&self, st: &mut IssuerState<B::Payload>) {
+    fn pass(&self, issuer: &mut IssuerState<B::Payload>) {
         let closed = self.closed.load(Ordering::Acquire);
         let mut examined = 0;
         let mut panicked = FirstPanic::default();
         let mut woken = self.woken.take_all();
         while let Some(action) = woken.pop_front() {
-            // SAFETY: a woken action was armed, hence in `pending`.
+            // SAFETY: a woken action was armed, hence in `waiting`.
             unsafe {
-                st.pending.erase(action);
+                issuer.waiting.erase(action);
                 (*action.as_ptr()).armed = false;
             }
             examined += 1;
-            panicked.run(|| self.handle(st, action, closed));
+            panicked.run(|| self.handle(issuer, action, closed));
         }
         let mut new = self.incoming.take_all();
         while let Some(action) = new.pop_front() {
             examined += 1;
-            panicked.run(|| self.handle(st, action, closed));
+            panicked.run(|| self.handle(issuer, action, closed));
         }
         if closed {
-            panicked.run(|| self.cancel_pending(st));
+            panicked.run(|| self.cancel_waiting(issuer));
         }
         if examined > 0 {
             self.examined.fetch_add(examined, Ordering::Relaxed);
@@ -419,7 +422,12 @@ impl<B: Backend> QueueState<B> {
         panicked.resume();
     }
 
-    fn handle(&self, st: &mut IssuerState<B::Payload>, action: NonNull<Action<B>>, closed: bool) {
+    fn handle(
+        &self,
+        issuer: &mut IssuerState<B::Payload>,
+        action: NonNull<Action<B>>,
+        closed: bool,
+    ) {
         if closed {
             // SAFETY: the issuer owns the action; the caller of the pass
             // holds a reference, so the state outlives this call.
@@ -431,14 +439,14 @@ impl<B: Backend> QueueState<B> {
         match catch_unwind(AssertUnwindSafe(|| self.classify(action))) {
             Ok(Class::Ready) => {
                 // SAFETY: a ready action of this queue, taken out of the
-                // pending list; it holds a reference to `self`.
+                // waiting list; it holds a reference to `self`.
                 let work = unsafe { Completion::new(action, self.this) };
                 // A panicking `issue` drops the token while unwinding,
                 // which fails the action (see `Completion`'s `Drop`).
                 let _ = catch_unwind(AssertUnwindSafe(|| self.backend.issue(work)));
             }
             // SAFETY: armed and ours to list.
-            Ok(Class::Pending) => unsafe { st.pending.push_back(action) },
+            Ok(Class::Waiting) => unsafe { issuer.waiting.push_back(action) },
             // SAFETY: the issuer owns the action; the caller of the pass
             // holds a reference, so the state outlives this call.
             Ok(Class::Failed(e)) => unsafe { QueueState::finish(self.this, action, Err(e), false) },
@@ -482,7 +490,7 @@ impl<B: Backend> QueueState<B> {
             // SAFETY: the timepoint lives in the action, which stays put
             // until the callback hands it back (or `cancel` succeeds).
             match unsafe { sem.register(NonNull::from(&a.timepoint)) } {
-                Registration::Pending => return Class::Pending,
+                Registration::Pending => return Class::Waiting,
                 Registration::Reached => {
                     a.armed = false;
                     a.cursor += 1;
@@ -498,18 +506,18 @@ impl<B: Backend> QueueState<B> {
 
     /// Cancels every pending action whose timepoint can still be cancelled
     /// (the others are being woken and will be cancelled by the next pass).
-    fn cancel_pending(&self, st: &mut IssuerState<B::Payload>) {
-        let mut cursor = st.pending.front();
+    fn cancel_waiting(&self, issuer: &mut IssuerState<B::Payload>) {
+        let mut cursor = issuer.waiting.front();
         while let Some(action) = cursor {
-            // SAFETY: linked in `pending`.
-            cursor = unsafe { st.pending.next(action) };
+            // SAFETY: linked in `waiting`.
+            cursor = unsafe { issuer.waiting.next(action) };
             // SAFETY: the issuer owns listed actions' bookkeeping.
             let a = unsafe { &*action.as_ptr() };
             let (sem, _) = a.wait(a.cursor as usize);
             // SAFETY: armed on `sem` (the wait at the cursor).
             if unsafe { sem.cancel(NonNull::from(&a.timepoint)) } {
-                // SAFETY: linked in `pending`; now ours.
-                unsafe { st.pending.erase(action) };
+                // SAFETY: linked in `waiting`; now ours.
+                unsafe { issuer.waiting.erase(action) };
                 // SAFETY: as in `handle`.
                 unsafe { QueueState::finish(self.this, action, Err(cancelled()), false) };
             }

@@ -9,14 +9,16 @@
 //! an atomic counter). A failed task's dependents do not run; tasks that do
 //! not depend on it still do. A panic in user code becomes an error.
 
-mod counters;
 mod deque;
 mod executor;
 mod graph;
+mod join_count;
 mod kind;
 mod scope;
+mod sleep;
 #[allow(clippy::module_inception)]
 mod task;
+mod tile_counter;
 mod worker;
 
 pub(crate) use worker::ExecutorState;
@@ -32,7 +34,9 @@ pub use scope::Scope;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod __model {
-    pub use super::counters::{JoinCount, SleepState, TileCounter};
+    pub use super::join_count::JoinCount;
+    pub use super::sleep::SleepState;
+    pub use super::tile_counter::TileCounter;
 }
 
 /// One workgroup of a dispatch: its id in the grid and the grid's size.

@@ -3,7 +3,7 @@
 use std::mem::{self, MaybeUninit};
 use std::ptr::NonNull;
 
-use super::counters::JoinCount;
+use super::join_count::JoinCount;
 use super::scope::ScopeInner;
 use super::worker::Worker;
 use crate::error::Error;

@@ -27,9 +27,9 @@ use std::time::Instant;
 use super::deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_utils::CachePadded;
 
-use super::counters::SleepState;
 use super::kind::WaitState;
 use super::scope::ScopeInner;
+use super::sleep::SleepState;
 use super::task::{Outcome, Task, TaskPtr, FLAG_CANCELLED, FLAG_FAILED};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, SList, TransferStack};

@@ -93,7 +93,7 @@ pub(crate) fn new_task<K: Kind, P: std::ops::Deref<Target = BlockPool>>(
         addr_of_mut!((*t).next).write(crate::list::SingleLinks::new());
         addr_of_mut!((*t).fork_next).write(crate::sync::Cell::new(None));
         addr_of_mut!((*t).completion_task).write(crate::sync::Cell::new(None));
-        addr_of_mut!((*t).unfinished).write(super::counters::JoinCount::new(0));
+        addr_of_mut!((*t).unfinished).write(super::join_count::JoinCount::new(0));
         addr_of_mut!((*t).flags).write(crate::sync::atomic::AtomicU32::new(0));
         addr_of_mut!((*t).scope).write(scope);
         addr_of_mut!((*t).vtable).write(vtable::<K>());
