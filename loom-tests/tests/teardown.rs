@@ -39,7 +39,7 @@ fn queue_dropped_while_a_signal_wakes_its_action() {
     });
 }
 
-// Mutation caught: `wait_wake` (src/task/kinds.rs) injecting the woken
+// Mutation caught: `wait_wake` (src/task/kind/wait.rs) injecting the woken
 // task and then notifying a worker through the executor's state without
 // holding a reference to it (the task runs and retires, the executor's
 // drop finishes and frees the state before the notify: "use after free:
