@@ -63,6 +63,18 @@ impl Buffer {
     }
 
     /// Length in bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::Device;
+    ///
+    /// let buf = Device::cpu()?.buffer(4096)?;
+    /// assert_eq!(buf.len(), 4096);
+    /// assert_eq!(buf.clone().len(), 4096); // a clone is the same memory
+    /// assert!(!buf.is_empty());
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         match &self.mem {
             Mem::Host(b) => b.len(),
@@ -79,7 +91,25 @@ impl Buffer {
     /// Copies `out.len()` bytes starting at `offset` into `out` (for a
     /// CUDA buffer, a synchronous device-to-host copy).
     ///
-    /// Errors: `OutOfRange` if the range does not fit in the buffer.
+    /// # Errors
+    ///
+    /// - [`OutOfRange`](ErrorKind::OutOfRange) if
+    ///   `offset..offset + out.len()` does not fit in the buffer.
+    /// - [`Internal`](ErrorKind::Internal) for a CUDA buffer, if the driver
+    ///   fails to make the context current or to copy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::{Device, ErrorKind};
+    ///
+    /// let buf = Device::cpu()?.buffer(16)?;
+    /// let mut out = [0xFF; 4];
+    /// buf.read(12, &mut out)?; // the last 4 bytes
+    /// assert_eq!(out, [0; 4]); // a new buffer is zeroed
+    /// assert_eq!(buf.read(14, &mut out).unwrap_err().kind(), ErrorKind::OutOfRange);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
         let range = self.range(offset, out.len())?;
         match &self.mem {

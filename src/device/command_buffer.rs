@@ -141,7 +141,8 @@ impl Recording {
 /// earlier submission still runs).
 ///
 /// ```
-/// use fenceline::{Device, CpuConfig, Semaphore, Timeout};
+/// use std::time::Duration;
+/// use fenceline::{Device, CpuConfig, Semaphore};
 /// let device = Device::cpu_with(CpuConfig { workers: 2, queues: 1, ..Default::default() })?;
 /// let buf = device.buffer(16)?;
 /// let mut cb = device.command_buffer()?;
@@ -151,7 +152,7 @@ impl Recording {
 /// cb.end()?;
 /// let done = Semaphore::new(0);
 /// device.queue(0)?.execute(&[], &[(&done, 1)], &[&cb])?;
-/// done.wait(1, Timeout::Never)?;
+/// done.wait(1, Duration::from_secs(5))?;
 /// let mut out = [0u8; 8];
 /// buf.read(0, &mut out)?;
 /// assert_eq!(out, [0xAB, 0xAB, 0xAB, 0xAB, 1, 2, 3, 4]);
@@ -215,6 +216,40 @@ impl CommandBuffer {
 
     /// Fills `len` bytes at `offset` with `pattern` (1, 2 or 4 bytes,
     /// repeated). `offset` and `len` must be multiples of the pattern length.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is recorded when this returns an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if `pattern` is not
+    ///   1, 2 or 4 bytes long, if `offset` or `len` is not a multiple of its
+    ///   length, or if `buffer` belongs to another device.
+    /// - [`OutOfRange`](ErrorKind::OutOfRange) if `offset..offset + len`
+    ///   does not fit in `buffer`.
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) if the
+    ///   command buffer has already ended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, ErrorKind, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let buf = device.buffer(8)?;
+    /// let mut cb = device.command_buffer()?;
+    /// cb.fill(&buf, 0, 8, &[0x12, 0x34])?; // a 2-byte pattern, repeated
+    /// assert_eq!(cb.fill(&buf, 0, 8, &[1, 2, 3]).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// assert_eq!(cb.fill(&buf, 4, 8, &[0]).unwrap_err().kind(), ErrorKind::OutOfRange);
+    /// cb.end()?;
+    /// let done = Semaphore::new(0);
+    /// device.queue(0)?.execute(&[], &[(&done, 1)], &[&cb])?;
+    /// done.wait(1, Duration::from_secs(5))?;
+    /// let mut out = [0; 4];
+    /// buf.read(0, &mut out)?;
+    /// assert_eq!(out, [0x12, 0x34, 0x12, 0x34]);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn fill(
         &mut self,
         buffer: &Buffer,
@@ -251,6 +286,40 @@ impl CommandBuffer {
     }
 
     /// Writes `data` at `offset` when it runs; `data` is copied now.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is recorded when this returns an error:
+    ///
+    /// - [`OutOfRange`](ErrorKind::OutOfRange) if
+    ///   `offset..offset + data.len()` does not fit in `buffer`.
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if `buffer` belongs
+    ///   to another device.
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) if the
+    ///   command buffer has already ended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, ErrorKind, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let buf = device.buffer(8)?;
+    /// let mut data = [1, 2, 3, 4];
+    /// let mut cb = device.command_buffer()?;
+    /// cb.update(&data, &buf, 4)?;
+    /// data[0] = 9; // too late: the bytes were copied when recorded
+    /// assert_eq!(cb.update(&data, &buf, 6).unwrap_err().kind(), ErrorKind::OutOfRange);
+    /// cb.end()?;
+    /// let done = Semaphore::new(0);
+    /// device.queue(0)?.execute(&[], &[(&done, 1)], &[&cb])?;
+    /// done.wait(1, Duration::from_secs(5))?;
+    /// let mut out = [0; 8];
+    /// buf.read(0, &mut out)?;
+    /// assert_eq!(out, [0, 0, 0, 0, 1, 2, 3, 4]);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn update(&mut self, data: &[u8], buffer: &Buffer, offset: usize) -> Result<(), Error> {
         buffer.range(offset, data.len())?;
         self.check_buffer(buffer)?;
@@ -265,6 +334,41 @@ impl CommandBuffer {
 
     /// Copies `len` bytes. Ranges must be in bounds; overlapping ranges of
     /// one buffer are `InvalidArgument`.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is recorded when this returns an error:
+    ///
+    /// - [`OutOfRange`](ErrorKind::OutOfRange) if the source or the
+    ///   destination range does not fit in its buffer.
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if `src` and `dst`
+    ///   are the same buffer and the ranges overlap (`len > 0`), or if either
+    ///   buffer belongs to another device.
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) if the
+    ///   command buffer has already ended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, ErrorKind, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let buf = device.buffer(8)?;
+    /// let mut cb = device.command_buffer()?;
+    /// cb.update(&[1, 2, 3, 4], &buf, 0)?;
+    /// cb.barrier()?; // the copy reads what the update wrote
+    /// cb.copy(&buf, 0, &buf, 4, 4)?;
+    /// assert_eq!(cb.copy(&buf, 0, &buf, 2, 4).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// cb.end()?;
+    /// let done = Semaphore::new(0);
+    /// device.queue(0)?.execute(&[], &[(&done, 1)], &[&cb])?;
+    /// done.wait(1, Duration::from_secs(5))?;
+    /// let mut out = [0; 8];
+    /// buf.read(0, &mut out)?;
+    /// assert_eq!(out, [1, 2, 3, 4, 1, 2, 3, 4]);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn copy(
         &mut self,
         src: &Buffer,
@@ -296,10 +400,43 @@ impl CommandBuffer {
 
     /// Runs `f` over every tile of `grid`, in parallel on the workers.
     ///
-    /// Errors: `FailedPrecondition` on a CUDA device's command buffer (a
-    /// CPU closure cannot run there: record a kernel
-    /// `launch`, feature `cuda`); `InvalidArgument` if the grid's tile
-    /// count overflows `u64` (nothing is recorded).
+    /// # Errors
+    ///
+    /// Nothing is recorded when this returns an error:
+    ///
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) on a CUDA
+    ///   device's command buffer (a CPU closure cannot run there: record a
+    ///   kernel `launch`, feature `cuda`), or if the command buffer has
+    ///   already ended.
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if the grid's tile
+    ///   count overflows `u64`.
+    ///
+    /// An error `f` returns for a tile is not returned here: it fails the
+    /// signals of the submission that ran it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use fenceline::{Device, Semaphore, Tile};
+    ///
+    /// let device = Device::cpu()?;
+    /// let tiles = Arc::new(AtomicU32::new(0));
+    /// let counter = tiles.clone();
+    /// let mut cb = device.command_buffer()?;
+    /// cb.dispatch([4, 2, 1], move |_: &Tile| {
+    ///     counter.fetch_add(1, Ordering::Relaxed);
+    ///     Ok(())
+    /// })?;
+    /// cb.end()?;
+    /// let done = Semaphore::new(0);
+    /// device.queue(0)?.execute(&[], &[(&done, 1)], &[&cb])?;
+    /// done.wait(1, Duration::from_secs(5))?;
+    /// assert_eq!(tiles.load(Ordering::Relaxed), 8);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn dispatch<F>(&mut self, grid: [u32; 3], f: F) -> Result<(), Error>
     where
         F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
@@ -351,6 +488,34 @@ impl CommandBuffer {
     }
 
     /// Everything recorded after waits for everything recorded before.
+    ///
+    /// # Errors
+    ///
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) if the
+    ///   command buffer has already ended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, ErrorKind, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let buf = device.buffer(4)?;
+    /// let mut cb = device.command_buffer()?;
+    /// cb.fill(&buf, 0, 4, &[1])?;
+    /// cb.barrier()?; // the update runs after the fill
+    /// cb.update(&[2], &buf, 0)?;
+    /// cb.end()?;
+    /// assert_eq!(cb.barrier().unwrap_err().kind(), ErrorKind::FailedPrecondition);
+    /// let done = Semaphore::new(0);
+    /// device.queue(0)?.execute(&[], &[(&done, 1)], &[&cb])?;
+    /// done.wait(1, Duration::from_secs(5))?;
+    /// let mut out = [0; 4];
+    /// buf.read(0, &mut out)?;
+    /// assert_eq!(out, [2, 1, 1, 1]);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn barrier(&mut self) -> Result<(), Error> {
         let stage = self.recording()?;
         if !stage.is_empty() {
@@ -360,11 +525,37 @@ impl CommandBuffer {
     }
 
     /// Ends recording; the command buffer can now be submitted, any number
-    /// of times.
+    /// of times. On a CUDA device this builds and instantiates the CUDA
+    /// graph.
     ///
-    /// Errors: `FailedPrecondition` if already ended.
-    /// On a CUDA device this builds and instantiates the CUDA graph; an
-    /// error doing so leaves the command buffer recording.
+    /// # Errors
+    ///
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) if the
+    ///   command buffer has already ended.
+    /// - [`Internal`](ErrorKind::Internal) on a CUDA device, if the driver
+    ///   fails to build or instantiate the graph; the command buffer is then
+    ///   still recording.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, ErrorKind, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let (queue, buf) = (device.queue(0)?, device.buffer(4)?);
+    /// let mut cb = device.command_buffer()?;
+    /// cb.fill(&buf, 0, 4, &[1])?;
+    /// let early = queue.execute(&[], &[], &[&cb]).unwrap_err(); // not ended yet
+    /// assert_eq!(early.kind(), ErrorKind::FailedPrecondition);
+    /// cb.end()?;
+    /// assert_eq!(cb.end().unwrap_err().kind(), ErrorKind::FailedPrecondition);
+    /// let done = Semaphore::new(0);
+    /// queue.execute(&[], &[(&done, 1)], &[&cb])?;
+    /// queue.execute(&[(&done, 1)], &[(&done, 2)], &[&cb])?; // and again
+    /// done.wait(2, Duration::from_secs(5))?;
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn end(&mut self) -> Result<(), Error> {
         self.recording()?;
         self.stages.retain(|s| !s.is_empty());

@@ -110,14 +110,48 @@ impl fmt::Debug for Device {
 
 impl Device {
     /// The CPU device with default settings (one worker per core, one queue).
+    ///
+    /// # Errors
+    ///
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if a worker
+    ///   thread cannot be spawned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::{Device, ErrorKind};
+    ///
+    /// let device = Device::cpu()?;
+    /// assert_eq!(device.kind_name(), "cpu");
+    /// let _queue = device.queue(0)?; // the one queue
+    /// assert_eq!(device.queue(1).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn cpu() -> Result<Device, Error> {
         Device::cpu_with(CpuConfig::default())
     }
 
     /// The CPU device shaped by `config`.
     ///
-    /// Errors: `InvalidArgument` for 0 queues; `ResourceExhausted` if
-    /// threads or memory cannot be had.
+    /// # Errors
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if
+    ///   `config.queues` is 0.
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if a worker
+    ///   thread cannot be spawned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::{CpuConfig, Device, ErrorKind};
+    ///
+    /// let device = Device::cpu_with(CpuConfig { workers: 2, queues: 2, ..Default::default() })?;
+    /// let (_upload, _compute) = (device.queue(0)?, device.queue(1)?);
+    ///
+    /// let none = Device::cpu_with(CpuConfig { queues: 0, ..Default::default() });
+    /// assert_eq!(none.unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn cpu_with(config: CpuConfig) -> Result<Device, Error> {
         if config.queues == 0 {
             return Err(Error::new(
@@ -149,9 +183,35 @@ impl Device {
 
     /// CUDA device `ordinal` with default settings (feature `cuda`).
     ///
-    /// Errors: `Unavailable`, with the reason, when no driver library can
-    /// be loaded, a driver symbol fenceline needs is missing, `cuInit`
-    /// fails, or the ordinal does not exist. Never panics.
+    /// Never panics: a missing driver or GPU is an error.
+    ///
+    /// # Errors
+    ///
+    /// - [`Unavailable`](ErrorKind::Unavailable), with the reason, when no
+    ///   driver library can be loaded, a driver symbol fenceline needs is
+    ///   missing, `cuInit` fails, the ordinal does not exist (or the driver
+    ///   cannot retain its context), or the driver binding panics.
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if a queue's
+    ///   completion thread cannot be spawned or the event pool's memory
+    ///   cannot be had.
+    /// - [`Internal`](ErrorKind::Internal) if the driver fails to create a
+    ///   queue's stream or an event.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::{Device, ErrorKind};
+    ///
+    /// match Device::cuda(0) {
+    ///     Ok(device) => {
+    ///         let buf = device.buffer(256)?;
+    ///         assert_eq!(buf.len(), 256);
+    ///     }
+    ///     // No driver or no GPU (as on CI): an error, not a panic.
+    ///     Err(e) => assert_eq!(e.kind(), ErrorKind::Unavailable),
+    /// }
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     #[cfg(feature = "cuda")]
     pub fn cuda(ordinal: usize) -> Result<Device, Error> {
         Device::cuda_with(ordinal, CudaConfig::default())
@@ -220,7 +280,23 @@ impl Device {
 
     /// Queue `index` (a cheap handle).
     ///
-    /// Errors: `InvalidArgument` if `index` is not below the queue count.
+    /// # Errors
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if `index` is not
+    ///   below the queue count.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::{CpuConfig, Device, ErrorKind};
+    ///
+    /// let device = Device::cpu_with(CpuConfig { queues: 2, ..Default::default() })?;
+    /// let queue = device.queue(1)?;
+    /// let same = queue.clone(); // another handle to queue 1
+    /// assert_eq!(format!("{same:?}"), "Queue { index: 1 }");
+    /// assert_eq!(device.queue(2).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn queue(&self, index: usize) -> Result<Queue, Error> {
         let count = self.inner.queue_count();
         if index >= count {
@@ -237,8 +313,29 @@ impl Device {
 
     /// A zeroed buffer of `len` bytes (device memory on a CUDA device).
     ///
-    /// Errors: `InvalidArgument` for 0 bytes; `ResourceExhausted` if the
-    /// device has no memory for it.
+    /// # Errors
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if `len` is 0.
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) on a CUDA
+    ///   device, if `cuMemAlloc` cannot allocate it. (On the CPU device, host
+    ///   memory running out aborts, as any Rust allocation does.)
+    /// - [`Internal`](ErrorKind::Internal) on a CUDA device, if the driver
+    ///   fails to make the context current or to zero the memory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::{Device, ErrorKind};
+    ///
+    /// let device = Device::cpu()?;
+    /// let buf = device.buffer(64)?;
+    /// assert_eq!(buf.len(), 64);
+    /// let mut out = [0xFF; 64];
+    /// buf.read(0, &mut out)?;
+    /// assert_eq!(out, [0; 64]); // zeroed
+    /// assert_eq!(device.buffer(0).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn buffer(&self, len: usize) -> Result<Buffer, Error> {
         match &*self.inner {
             DeviceInner::Cpu { .. } => Buffer::new(len),
@@ -248,6 +345,27 @@ impl Device {
     }
 
     /// An empty command buffer, recording, for this device.
+    ///
+    /// # Errors
+    ///
+    /// None at present: this always returns `Ok`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let buf = device.buffer(8)?;
+    /// let mut cb = device.command_buffer()?;
+    /// cb.fill(&buf, 0, 8, &[7])?;
+    /// cb.end()?;
+    /// let done = Semaphore::new(0);
+    /// device.queue(0)?.execute(&[], &[(&done, 1)], &[&cb])?;
+    /// done.wait(1, Duration::from_secs(5))?;
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn command_buffer(&self) -> Result<CommandBuffer, Error> {
         Ok(CommandBuffer::new(match &*self.inner {
             DeviceInner::Cpu { .. } => Target::Cpu,
@@ -347,9 +465,42 @@ impl Queue {
     /// [`EXECUTE_INLINE_COMMAND_BUFFERS`] command buffers are kept without
     /// allocating; more take one allocation.
     ///
-    /// Errors (nothing is submitted then): `FailedPrecondition` for a
-    /// command buffer not ended or recorded for another device;
-    /// `Cancelled` once the device is dropping.
+    /// # Errors
+    ///
+    /// Nothing is submitted and no semaphore is touched when this returns
+    /// an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if a wait or signal
+    ///   value is `u64::MAX` (reserved for failure).
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) if a command
+    ///   buffer was not [ended](CommandBuffer::end) or was recorded for
+    ///   another device.
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if the queue's
+    ///   action pool cannot grow (out of memory, or at its size limit).
+    ///
+    /// Errors of the work itself are not returned here: they fail the
+    /// signal semaphores.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let buf = device.buffer(4)?;
+    /// let mut cb = device.command_buffer()?;
+    /// cb.update(&[1, 2, 3, 4], &buf, 0)?;
+    /// cb.end()?;
+    /// let (start, done) = (Semaphore::new(0), Semaphore::new(0));
+    /// device.queue(0)?.execute(&[(&start, 1)], &[(&done, 1)], &[&cb])?;
+    /// start.signal(1)?; // the command buffer may run from now on
+    /// done.wait(1, Duration::from_secs(5))?;
+    /// let mut out = [0; 4];
+    /// buf.read(0, &mut out)?;
+    /// assert_eq!(out, [1, 2, 3, 4]);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn execute(
         &self,
         waits: &[(&Semaphore, u64)],
@@ -381,6 +532,33 @@ impl Queue {
     }
 
     /// `execute` with no command buffers: signals once the waits are reached.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is submitted and no semaphore is touched when this returns
+    /// an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if a wait or signal
+    ///   value is `u64::MAX` (reserved for failure).
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if the queue's
+    ///   action pool cannot grow (out of memory, or at its size limit).
+    ///
+    /// A failed wait is not returned here: it fails the signals.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let (a, b, joined) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+    /// device.queue(0)?.barrier(&[(&a, 1), (&b, 1)], &[(&joined, 1)])?;
+    /// a.signal(1)?;
+    /// b.signal(1)?;
+    /// joined.wait(1, Duration::from_secs(5))?;
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn barrier(
         &self,
         waits: &[(&Semaphore, u64)],
@@ -395,6 +573,37 @@ impl Queue {
     /// or fails the signals. A closure capturing
     /// up to [`HOST_CALL_INLINE_BYTES`] bytes is stored in pool memory; a
     /// larger one takes one allocation.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is submitted and no semaphore is touched when this returns
+    /// an error (`f` is dropped, not run):
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if a wait or signal
+    ///   value is `u64::MAX` (reserved for failure).
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if the queue's
+    ///   action pool cannot grow (out of memory, or at its size limit).
+    ///
+    /// The error `f` returns is not returned here: it fails the signals.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, Error, ErrorKind, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let queue = device.queue(0)?;
+    /// let (ok, failed) = (Semaphore::new(0), Semaphore::new(0));
+    /// queue.host_call(&[], &[(&ok, 1)], || Ok(()))?;
+    /// ok.wait(1, Duration::from_secs(5))?;
+    /// queue.host_call(&[(&ok, 1)], &[(&failed, 1)], || {
+    ///     Err(Error::new(ErrorKind::Aborted, "no input"))
+    /// })?;
+    /// let e = failed.wait(1, Duration::from_secs(5)).unwrap_err();
+    /// assert_eq!(e.kind(), ErrorKind::Aborted);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn host_call<F>(
         &self,
         waits: &[(&Semaphore, u64)],

@@ -121,6 +121,21 @@ impl fmt::Debug for Semaphore {
 impl Semaphore {
     /// A semaphore at `initial` (which must be below `u64::MAX`; a larger
     /// value is clamped to `u64::MAX - 1`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::Semaphore;
+    ///
+    /// let s = Semaphore::new(5);
+    /// let same = s.clone(); // a handle to the same timeline
+    /// same.signal(6)?;
+    /// assert_eq!(s.query()?, 6);
+    /// assert!(s.same(&same));
+    /// assert_eq!(Semaphore::new(u64::MAX).query()?, u64::MAX - 1); // clamped
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    #[must_use = "a semaphore nobody holds can be neither signalled nor waited on"]
     pub fn new(initial: u64) -> Semaphore {
         Semaphore {
             inner: Arc::new(Inner {
@@ -142,6 +157,25 @@ impl Semaphore {
     }
 
     /// The current value, or the failure. One atomic load when not failed.
+    ///
+    /// # Errors
+    ///
+    /// - The semaphore's failure, if it [failed](Self::fail): the error
+    ///   given to the first `fail`, with its kind and message.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::{Error, ErrorKind, Semaphore};
+    ///
+    /// let s = Semaphore::new(0);
+    /// assert_eq!(s.query()?, 0);
+    /// s.signal(2)?;
+    /// assert_eq!(s.query()?, 2);
+    /// s.fail(Error::new(ErrorKind::Aborted, "producer gave up"));
+    /// assert_eq!(s.query().unwrap_err().kind(), ErrorKind::Aborted);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     #[inline]
     pub fn query(&self) -> Result<u64, Error> {
         // Acquire: whoever signalled this value released its writes.
@@ -154,9 +188,27 @@ impl Semaphore {
 
     /// Raises the value to `value` and fires the timepoints it reaches.
     ///
-    /// Errors: `InvalidArgument` if `value` is not above the current value
-    /// (the value is unchanged) or is `u64::MAX`; the failure if the
-    /// semaphore failed.
+    /// # Errors
+    ///
+    /// The value is unchanged when this returns an error:
+    ///
+    /// - The semaphore's failure (its own kind), if it
+    ///   [failed](Self::fail).
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if `value` is not
+    ///   above the current value, or is `u64::MAX` (reserved for failure).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::{ErrorKind, Semaphore};
+    ///
+    /// let s = Semaphore::new(1);
+    /// s.signal(3)?; // values may be skipped
+    /// assert_eq!(s.signal(3).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// assert_eq!(s.signal(u64::MAX).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// assert_eq!(s.query()?, 3);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     #[inline]
     pub fn signal(&self, value: u64) -> Result<(), Error> {
         self.advance(value, false)
@@ -203,6 +255,20 @@ impl Semaphore {
 
     /// Fails the semaphore with `error` unless it already failed (the first
     /// failure wins). Every registered timepoint fires with the error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Error, ErrorKind, Semaphore};
+    ///
+    /// let s = Semaphore::new(0);
+    /// s.fail(Error::new(ErrorKind::Internal, "boom"));
+    /// s.fail(Error::new(ErrorKind::Cancelled, "ignored: the first failure wins"));
+    /// let e = s.wait(1, Duration::from_secs(5)).unwrap_err(); // fails at once
+    /// assert_eq!((e.kind(), e.message()), (ErrorKind::Internal, "boom"));
+    /// assert_eq!(s.signal(1).unwrap_err().kind(), ErrorKind::Internal);
+    /// ```
     pub fn fail(&self, error: Error) {
         let inner = &*self.inner;
         let boxed = Box::into_raw(Box::new(error));

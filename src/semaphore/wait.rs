@@ -24,6 +24,29 @@ pub const INLINE_WAITS: usize = 8;
 impl Semaphore {
     /// Blocks until the value is `>= value` (Ok), the semaphore fails (its
     /// error), or `timeout` elapses (`DeadlineExceeded`, never earlier).
+    ///
+    /// # Errors
+    ///
+    /// - The semaphore's failure (its own kind), if it failed before or
+    ///   during the wait.
+    /// - [`DeadlineExceeded`](ErrorKind::DeadlineExceeded) if `timeout`
+    ///   elapsed first; with [`Timeout::Immediate`], if the value was not
+    ///   reached at the call.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{ErrorKind, Semaphore, Timeout};
+    ///
+    /// let s = Semaphore::new(0);
+    /// let producer = s.clone();
+    /// let t = std::thread::spawn(move || producer.signal(1));
+    /// s.wait(1, Duration::from_secs(5))?;
+    /// t.join().expect("the producer does not panic")?;
+    /// assert_eq!(s.wait(2, Timeout::Immediate).unwrap_err().kind(), ErrorKind::DeadlineExceeded);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn wait(&self, value: u64, timeout: impl Into<Timeout>) -> Result<(), Error> {
         wait_all(&[(self, value)], timeout)
     }
@@ -31,8 +54,29 @@ impl Semaphore {
 
 /// Blocks until every `(semaphore, value)` is reached. A failure of any
 /// of them ends the wait with that failure; the others are untouched.
+/// An empty list is reached at once.
 ///
-/// Errors: the failure; `DeadlineExceeded` when `timeout` elapsed first.
+/// # Errors
+///
+/// - The failure (its own kind) of a semaphore of `list` that failed.
+/// - [`DeadlineExceeded`](ErrorKind::DeadlineExceeded) if `timeout` elapsed
+///   before every value was reached; with [`Timeout::Immediate`], if one
+///   was not reached at the call.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fenceline::{wait_all, ErrorKind, Semaphore, Timeout};
+///
+/// let (a, b) = (Semaphore::new(0), Semaphore::new(0));
+/// a.signal(1)?;
+/// let e = wait_all(&[(&a, 1), (&b, 2)], Timeout::Immediate).unwrap_err();
+/// assert_eq!(e.kind(), ErrorKind::DeadlineExceeded); // b is not at 2 yet
+/// b.signal(2)?;
+/// wait_all(&[(&a, 1), (&b, 2)], Duration::from_secs(5))?;
+/// # Ok::<(), fenceline::Error>(())
+/// ```
 pub fn wait_all(list: &[(&Semaphore, u64)], timeout: impl Into<Timeout>) -> Result<(), Error> {
     wait_many(list, Mode::All, timeout.into()).map(|_| ())
 }
@@ -40,6 +84,31 @@ pub fn wait_all(list: &[(&Semaphore, u64)], timeout: impl Into<Timeout>) -> Resu
 /// Blocks until one `(semaphore, value)` is reached and returns its index
 /// (the lowest reached index). A failure of any of them ends the wait with
 /// that failure. An empty list is `InvalidArgument`.
+///
+/// # Errors
+///
+/// - [`InvalidArgument`](ErrorKind::InvalidArgument) if `list` is empty.
+/// - The failure (its own kind) of a semaphore of `list` that failed
+///   (entries are checked in order: the first one that is reached or failed
+///   decides).
+/// - [`DeadlineExceeded`](ErrorKind::DeadlineExceeded) if `timeout` elapsed
+///   before any value was reached; with [`Timeout::Immediate`], if none was
+///   reached at the call.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fenceline::{wait_any, ErrorKind, Semaphore, Timeout};
+///
+/// let (a, b) = (Semaphore::new(0), Semaphore::new(0));
+/// b.signal(2)?;
+/// assert_eq!(wait_any(&[(&a, 1), (&b, 2)], Duration::from_secs(5))?, 1);
+/// a.signal(1)?;
+/// assert_eq!(wait_any(&[(&a, 1), (&b, 2)], Timeout::Immediate)?, 0); // lowest index
+/// assert_eq!(wait_any(&[], Timeout::Immediate).unwrap_err().kind(), ErrorKind::InvalidArgument);
+/// # Ok::<(), fenceline::Error>(())
+/// ```
 pub fn wait_any(list: &[(&Semaphore, u64)], timeout: impl Into<Timeout>) -> Result<usize, Error> {
     if list.is_empty() {
         return Err(Error::new(

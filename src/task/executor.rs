@@ -53,7 +53,27 @@ impl fmt::Debug for Executor {
 impl Executor {
     /// Starts the workers.
     ///
-    /// Errors: `ResourceExhausted` if a thread cannot be spawned.
+    /// # Errors
+    ///
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if a worker
+    ///   thread cannot be spawned (the workers already started are stopped
+    ///   and joined).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::task::{Executor, ExecutorConfig, Scope};
+    ///
+    /// let exec = Executor::new(ExecutorConfig { workers: 2, ..Default::default() })?;
+    /// assert_eq!(exec.workers(), 2);
+    /// let scope = Scope::new();
+    /// let mut g = exec.graph(&scope);
+    /// g.call(|_| Ok(()))?;
+    /// g.submit();
+    /// scope.wait_idle(Duration::from_secs(5))?;
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn new(config: ExecutorConfig) -> Result<Executor, Error> {
         let workers = match config.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),

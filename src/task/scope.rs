@@ -58,6 +58,24 @@ impl Scope {
 
     /// Tasks submitted in this scope and not yet retired (workers publish
     /// retirements in small batches, at the latest when they go idle).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::task::{Executor, ExecutorConfig, Scope};
+    ///
+    /// let exec = Executor::new(ExecutorConfig { workers: 1, ..Default::default() })?;
+    /// let scope = Scope::new();
+    /// let mut g = exec.graph(&scope);
+    /// g.nop()?;
+    /// g.nop()?;
+    /// assert_eq!(scope.pending(), 0); // tasks count from `submit` on
+    /// g.submit();
+    /// scope.wait_idle(Duration::from_secs(5))?;
+    /// assert_eq!(scope.pending(), 0);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn pending(&self) -> usize {
         self.inner.pending.load(Ordering::Acquire)
     }
@@ -70,8 +88,32 @@ impl Scope {
     /// Blocks until no task of the scope is outstanding, then returns the
     /// first error (if any task failed).
     ///
-    /// Errors: the scope's first error; `DeadlineExceeded` if tasks are
-    /// still outstanding when `timeout` elapses.
+    /// # Errors
+    ///
+    /// - The scope's first error, as its task failed with it (a panic
+    ///   becomes [`Internal`](crate::ErrorKind::Internal)), until
+    ///   [`take_error`](Self::take_error) takes it out.
+    /// - [`DeadlineExceeded`](crate::ErrorKind::DeadlineExceeded) if tasks
+    ///   are still outstanding when `timeout` elapses.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::task::{Executor, ExecutorConfig, Scope};
+    /// use fenceline::{Error, ErrorKind};
+    ///
+    /// let exec = Executor::new(ExecutorConfig { workers: 2, ..Default::default() })?;
+    /// let scope = Scope::new();
+    /// let mut g = exec.graph(&scope);
+    /// g.call(|_| Ok(()))?;
+    /// g.call(|_| Err(Error::new(ErrorKind::InvalidArgument, "bad input")))?;
+    /// g.submit();
+    /// let e = scope.wait_idle(Duration::from_secs(5)).unwrap_err();
+    /// assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    /// assert_eq!(scope.pending(), 0); // every task retired
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
     pub fn wait_idle(&self, timeout: impl Into<Timeout>) -> Result<(), Error> {
         let inner = &*self.inner;
         // Read the idle count before the pending count: if the scope goes
