@@ -166,8 +166,13 @@ pub struct CommandBuffer {
 
 impl fmt::Debug for CommandBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let stages = match &self.ended {
+            Some(recording) => recording.stages.len(),
+            None => self.stages.len(),
+        };
         f.debug_struct("CommandBuffer")
             .field("ended", &self.ended.is_some())
+            .field("stages", &stages)
             .finish()
     }
 }
@@ -558,13 +563,27 @@ impl CommandBuffer {
     /// ```
     pub fn end(&mut self) -> Result<(), Error> {
         self.recording()?;
-        self.stages.retain(|s| !s.is_empty());
+        // Only the last stage can be empty (`barrier` opens a stage only
+        // after a non-empty one): a trailing barrier, or nothing recorded.
+        let trailing_barrier = self.stages.last().is_some_and(|s| s.is_empty());
+        if trailing_barrier {
+            self.stages.pop();
+        }
+        debug_assert!(self.stages.iter().all(|s| !s.is_empty()));
         #[cfg(feature = "cuda")]
         let cuda = match &self.target {
             Target::Cpu => None,
             Target::Cuda(shared) => {
-                let graph = super::cuda::graph::build(&shared.ctx, &shared.pinned, &self.stages)?;
-                Some((shared.ctx.clone(), graph))
+                match super::cuda::graph::build(&shared.ctx, &shared.pinned, &self.stages) {
+                    Ok(graph) => Some((shared.ctx.clone(), graph)),
+                    Err(e) => {
+                        // Still recording, exactly as before the call.
+                        if trailing_barrier {
+                            self.stages.push(Vec::new());
+                        }
+                        return Err(e);
+                    }
+                }
             }
         };
         let mut stages = std::mem::take(&mut self.stages);

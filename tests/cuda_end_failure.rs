@@ -1,0 +1,56 @@
+//! A CUDA command buffer whose `end` fails (the graph cannot be built)
+//! stays recording exactly as it was: a trailing barrier is kept, and an
+//! empty buffer can still record. Simulator only (it injects a sticky
+//! fault, which lasts for the process: hence its own binary).
+#![cfg(feature = "cuda")]
+
+use cudarc::driver::sys::CUresult;
+use fenceline::{CudaConfig, ErrorKind};
+
+#[path = "common/cuda.rs"]
+mod cuda;
+
+// Fails without the restore in `CommandBuffer::end` (mutation checked:
+// `end` dropping the empty trailing stage before building the graph, as
+// it did): the trailing buffer reports 1 stage after the failed `end`,
+// and the empty one's next `fill` is `Internal` ("command buffer has no
+// stage").
+#[test]
+fn a_failed_end_leaves_the_recording_as_it_was() {
+    if !cuda::is_sim() {
+        println!("skipped: needs the simulated driver to inject a fault");
+        return;
+    }
+    let d = cuda::device_with(CudaConfig::default()).unwrap();
+    let buf = d.buffer(64).unwrap();
+    let mut trailing = d.command_buffer().unwrap();
+    trailing.fill(&buf, 0, 64, &[1]).unwrap();
+    trailing.barrier().unwrap();
+    assert!(
+        format!("{trailing:?}").contains("stages: 2"),
+        "{trailing:?}"
+    );
+    let mut empty = d.command_buffer().unwrap();
+
+    assert!(cuda::inject_fault(CUresult::CUDA_ERROR_LAUNCH_FAILED));
+    let e = trailing.end().unwrap_err();
+    assert_ne!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    assert!(
+        format!("{trailing:?}").contains("stages: 2"),
+        "{trailing:?}"
+    );
+    assert!(
+        format!("{trailing:?}").contains("ended: false"),
+        "{trailing:?}"
+    );
+    assert!(empty.end().is_err());
+
+    // Both still record where they were.
+    trailing.fill(&buf, 0, 64, &[2]).unwrap();
+    assert!(
+        format!("{trailing:?}").contains("stages: 2"),
+        "{trailing:?}"
+    );
+    empty.fill(&buf, 0, 64, &[3]).unwrap();
+    assert!(format!("{empty:?}").contains("stages: 1"), "{empty:?}");
+}
