@@ -1611,7 +1611,9 @@ fn check(ctx: &str, world: &World, probes: &[Probe]) -> Stats {
                 Err(k) => failed_waits.push(k),
             }
         }
-        let own_tiles: u64 = match &a.body {
+        // Tile counts of the dispatches in this action's own command
+        // buffers (shared ones run under other actions too).
+        let own_dispatches: Vec<u64> = match &a.body {
             Body::Execute { cbs, uses } => uses
                 .iter()
                 .filter_map(|u| match u {
@@ -1619,28 +1621,15 @@ fn check(ctx: &str, world: &World, probes: &[Probe]) -> Stats {
                     CbUse::Shared => None,
                 })
                 .flat_map(|cb| cb.stages.iter().flatten())
-                .map(|c| match c {
-                    Cmd::Dispatch { grid, .. } => tiles(*grid),
-                    _ => 0,
+                .filter_map(|c| match c {
+                    Cmd::Dispatch { grid, .. } => Some(tiles(*grid)),
+                    _ => None,
                 })
-                .sum(),
-            _ => 0,
+                .collect(),
+            _ => Vec::new(),
         };
-        let own_tile_sum: u64 = match &a.body {
-            Body::Execute { cbs, uses } => uses
-                .iter()
-                .filter_map(|u| match u {
-                    CbUse::Own(i) => Some(&cbs[*i]),
-                    CbUse::Shared => None,
-                })
-                .flat_map(|cb| cb.stages.iter().flatten())
-                .map(|c| match c {
-                    Cmd::Dispatch { grid, .. } => tile_sum(tiles(*grid)),
-                    _ => 0,
-                })
-                .sum(),
-            _ => 0,
-        };
+        let own_tiles: u64 = own_dispatches.iter().sum();
+        let own_tile_sum: u64 = own_dispatches.iter().map(|&n| tile_sum(n)).sum();
         let ran_nothing = |why: &str| {
             assert_eq!(seen.runs, 0, "{}\n{why}, yet its call ran", here());
             assert_eq!(seen.tiles, 0, "{}\n{why}, yet tiles ran", here());
