@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::time::Instant;
 
 use super::kind::{
-    is, make_call, new_task, BarrierPayload, BoxedTileFn, CallContext, DispatchPayload,
-    FencePayload, FinallyPayload, Nop, WaitState,
+    make_call, new_task, BarrierPayload, BoxedTileFn, CallContext, DispatchPayload, FencePayload,
+    FinallyPayload, Nop, WaitState,
 };
 use super::scope::{Scope, ScopeInner};
 use super::task::Task;
@@ -326,7 +326,7 @@ impl<'e> Graph<'e> {
     /// if either belongs to another graph.
     pub fn fork(&mut self, barrier: TaskId, dependent: TaskId) -> Result<(), Error> {
         let (b, d) = (self.check(barrier)?, self.check(dependent)?);
-        if !is::<BarrierPayload>(b) {
+        if !b.vtable.forks {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 format!("{barrier:?} is a {}, not a barrier", b.vtable.name),

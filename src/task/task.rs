@@ -39,8 +39,11 @@ pub(crate) struct VTable {
     /// Called instead of `run` when a predecessor failed (a fence fails
     /// its semaphore); most kinds do nothing.
     pub(crate) skip: unsafe fn(NonNull<Task>),
-    /// The kind's name, for debugging.
+    /// The kind's name, for messages.
     pub(crate) name: &'static str,
+    /// The payload is a `BarrierPayload`, whose dependents retiring the
+    /// task releases (read on every retirement: a flag, not a compare).
+    pub(crate) forks: bool,
 }
 
 /// A task in pool memory. The header is the first 64 bytes (asserted);

@@ -29,8 +29,11 @@ pub(crate) use wait::WaitState;
 
 /// A task kind: the payload type and what the worker does with it.
 pub(crate) trait Kind: Sized + 'static {
-    /// The kind's name, for messages (unique: [`is`] compares it).
+    /// The kind's name, for messages.
     const NAME: &'static str;
+
+    /// Whether the payload is a `BarrierPayload` (see `VTable::forks`).
+    const FORKS: bool = false;
 
     /// Runs the payload.
     ///
@@ -55,15 +58,10 @@ pub(crate) fn vtable<K: Kind>() -> &'static VTable {
             drop: drop_in_block::<K>,
             skip: K::skip,
             name: K::NAME,
+            forks: K::FORKS,
         };
     }
     &Table::<K>::VTABLE
-}
-
-/// Whether `task` is of kind `K` (by name: a promoted table may have
-/// several addresses across codegen units, a name has one value).
-pub(crate) fn is<K: Kind>(task: &Task) -> bool {
-    task.vtable.name == K::NAME
 }
 
 /// Drops the `T` payload of a task in place.

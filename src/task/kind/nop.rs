@@ -25,6 +25,7 @@ pub(crate) struct BarrierPayload {
 
 impl Kind for BarrierPayload {
     const NAME: &'static str = "barrier";
+    const FORKS: bool = true;
 
     unsafe fn run(_task: NonNull<Task>, _worker: &mut Worker) -> Outcome {
         Outcome::Done(Ok(()))
@@ -38,7 +39,7 @@ impl Kind for BarrierPayload {
 pub(crate) unsafe fn fork_head(task: NonNull<Task>) -> Option<NonNull<Task>> {
     // SAFETY: valid per contract.
     let t = unsafe { task.as_ref() };
-    if super::is::<BarrierPayload>(t) {
+    if t.vtable.forks {
         // SAFETY: a barrier's payload is a `BarrierPayload`.
         unsafe { t.payload::<BarrierPayload>() }.head
     } else {
