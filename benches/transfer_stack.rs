@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use crossbeam_queue::SegQueue;
-use fenceline::list::{SingleLinks, TransferStack};
+use fenceline::list::{Handle, SingleLinks, TransferStack};
 
 /// Items sent per producer per round.
 const K: usize = 4096;
@@ -63,11 +63,11 @@ struct Node {
     value: u64,
 }
 
-fenceline::impl_linked!(Node, links: SingleLinks<Node>);
+fenceline::link!(NodeLink: SingleLinks<Node> => links);
 
 /// A `TransferStack` over a preallocated array of nodes, one per slot.
 struct Fenceline {
-    stack: TransferStack<Node>,
+    stack: TransferStack<NodeLink>,
     /// `Box<[Node]>` turned raw: nodes are written through it by whichever
     /// thread owns them, so no reference to the array may be live.
     nodes: NonNull<[Node]>,
@@ -109,7 +109,7 @@ impl Transfer for Fenceline {
         unsafe {
             let node = self.nodes.cast::<Node>().add(slot);
             addr_of_mut!((*node.as_ptr()).value).write(value);
-            self.stack.push(node);
+            self.stack.push(Handle::from_raw(node));
         }
     }
 

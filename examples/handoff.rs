@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use fenceline::list::{SingleLinks, TransferStack};
+use fenceline::list::{Handle, SingleLinks, TransferStack};
 use fenceline::pool::{BlockPool, RawBlock};
 
 /// A message living inside one pool block.
@@ -21,7 +21,7 @@ struct Message {
     /// The block holding this message, given back by the consumer.
     block: RawBlock,
 }
-fenceline::impl_linked!(Message, links: SingleLinks<Message>);
+fenceline::link!(MessageLink: SingleLinks<Message> => links);
 
 const PRODUCERS: usize = 2;
 const PER_PRODUCER: u64 = 200_000;
@@ -35,7 +35,7 @@ fn main() -> Result<(), fenceline::Error> {
     let capacity = pool.capacity();
     let sent = AtomicU64::new(0);
     let consumed = AtomicU64::new(0);
-    let stack = TransferStack::<Message>::new();
+    let stack = TransferStack::<MessageLink>::new();
     let start = Instant::now();
 
     let mut latencies: Vec<Duration> = Vec::with_capacity(PRODUCERS * PER_PRODUCER as usize);
@@ -65,7 +65,7 @@ fn main() -> Result<(), fenceline::Error> {
                                 sent: Instant::now(),
                                 block,
                             });
-                            stack.push(node);
+                            stack.push(Handle::from_raw(node));
                         }
                     }
                     Ok(())

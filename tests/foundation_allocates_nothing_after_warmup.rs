@@ -4,7 +4,7 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use fenceline::list::{SingleLinks, TransferStack};
+use fenceline::list::{Handle, SingleLinks, TransferStack};
 use fenceline::pool::{Arena, BlockPool, BlockPoolConfig, RawBlock};
 
 mod common;
@@ -17,12 +17,12 @@ struct Msg {
     block: RawBlock,
     value: u64,
 }
-fenceline::impl_linked!(Msg, links: SingleLinks<Msg>);
+fenceline::link!(MsgLink: SingleLinks<Msg> => links);
 
 /// One round: two threads each move `n` messages built in pool blocks
 /// through the stack; this thread takes them, checks and frees them; then
 /// the arena records and resets.
-fn round(pool: &BlockPool, stack: &TransferStack<Msg>, arena: &mut Arena, n: u64) -> u64 {
+fn round(pool: &BlockPool, stack: &TransferStack<MsgLink>, arena: &mut Arena, n: u64) -> u64 {
     let mut sum = 0;
     std::thread::scope(|s| {
         for t in 0..2u64 {
@@ -37,7 +37,7 @@ fn round(pool: &BlockPool, stack: &TransferStack<Msg>, arena: &mut Arena, n: u64
                             block,
                             value: t * n + i,
                         });
-                        stack.push(node);
+                        stack.push(Handle::from_raw(node));
                     }
                 }
             });

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::ptr::NonNull;
 
-use fenceline::list::{DList, DoubleLinks, SList, SingleLinks, TransferStack};
+use fenceline::list::{DList, DoubleLinks, Handle, Link, SList, SingleLinks, TransferStack};
 use proptest::prelude::*;
 
 struct Node {
@@ -13,8 +13,8 @@ struct Node {
     double: DoubleLinks<Node>,
 }
 
-fenceline::impl_linked!(Node, single: SingleLinks<Node>);
-fenceline::impl_linked!(Node, double: DoubleLinks<Node>);
+fenceline::link!(Single: SingleLinks<Node> => single);
+fenceline::link!(Double: DoubleLinks<Node> => double);
 
 /// `N` heap nodes and the ids of those not linked anywhere.
 struct Nodes {
@@ -53,6 +53,11 @@ impl Drop for Nodes {
             drop(unsafe { Box::from_raw(n.as_ptr()) });
         }
     }
+}
+
+/// The id of an unlinked node, from its handle.
+fn hid<L: Link<Node = Node>>(h: Handle<L>) -> usize {
+    id(h.into_raw())
 }
 
 fn id(n: NonNull<Node>) -> usize {
@@ -112,27 +117,27 @@ proptest! {
     #[test]
     fn dlist_matches_vecdeque(ops in proptest::collection::vec(dop(), 0..200)) {
         let mut nodes = Nodes::new(64);
-        let mut list = DList::<Node>::new();
+        let mut list = DList::<Double>::new();
         let mut model = VecDeque::new();
         for op in ops {
             match op {
                 DOp::PushBack => if let Some((i, n)) = nodes.take() {
                     // SAFETY: `n` is unlinked and outlives the list.
-                    unsafe { list.push_back(n) };
+                    list.push_back(unsafe { Handle::from_raw(n) });
                     model.push_back(i);
                 },
                 DOp::PushFront => if let Some((i, n)) = nodes.take() {
                     // SAFETY: as above.
-                    unsafe { list.push_front(n) };
+                    list.push_front(unsafe { Handle::from_raw(n) });
                     model.push_front(i);
                 },
                 DOp::PopFront => {
-                    let got = list.pop_front().map(id);
+                    let got = list.pop_front().map(hid);
                     prop_assert_eq!(got, model.pop_front());
                     nodes.free.extend(got);
                 }
                 DOp::PopBack => {
-                    let got = list.pop_back().map(id);
+                    let got = list.pop_back().map(hid);
                     prop_assert_eq!(got, model.pop_back());
                     nodes.free.extend(got);
                 }
@@ -140,7 +145,8 @@ proptest! {
                     let at = k % model.len();
                     let victim = model.remove(at).unwrap();
                     // SAFETY: the model says `victim` is linked in `list`.
-                    unsafe { list.erase(nodes.all[victim]) };
+                    let back = unsafe { list.remove(nodes.all[victim]) };
+                    prop_assert_eq!(hid(back), victim);
                     nodes.free.push(victim);
                 },
                 DOp::TakeAllAppend => {
@@ -156,9 +162,7 @@ proptest! {
                     let k = if model.is_empty() { 0 } else { k % (model.len() + 1) };
                     let mut front = DList::new();
                     for _ in 0..k {
-                        let n = list.pop_front().unwrap();
-                        // SAFETY: `n` was just unlinked.
-                        unsafe { front.push_back(n) };
+                        front.push_back(list.pop_front().unwrap());
                     }
                     front.append(&mut list);
                     list = front;
@@ -174,23 +178,23 @@ proptest! {
     #[test]
     fn slist_and_transfer_stack_match_vecdeque(ops in proptest::collection::vec(sop(), 0..200)) {
         let mut nodes = Nodes::new(64);
-        let mut list = SList::<Node>::new();
+        let mut list = SList::<Single>::new();
         let mut model = VecDeque::new();
-        let stack = TransferStack::<Node>::new();
+        let stack = TransferStack::<Single>::new();
         for op in ops {
             match op {
                 SOp::PushBack => if let Some((i, n)) = nodes.take() {
                     // SAFETY: `n` is unlinked and outlives the list.
-                    unsafe { list.push_back(n) };
+                    list.push_back(unsafe { Handle::from_raw(n) });
                     model.push_back(i);
                 },
                 SOp::PushFront => if let Some((i, n)) = nodes.take() {
                     // SAFETY: as above.
-                    unsafe { list.push_front(n) };
+                    list.push_front(unsafe { Handle::from_raw(n) });
                     model.push_front(i);
                 },
                 SOp::PopFront => {
-                    let got = list.pop_front().map(id);
+                    let got = list.pop_front().map(hid);
                     prop_assert_eq!(got, model.pop_front());
                     nodes.free.extend(got);
                 }
@@ -221,8 +225,7 @@ proptest! {
                         staged.push(list.pop_front().unwrap());
                     }
                     for n in staged {
-                        // SAFETY: `n` was just unlinked.
-                        unsafe { stack.push(n) };
+                        stack.push(n);
                     }
                     stack.push_list(std::mem::take(&mut list));
                     list = stack.take_all();

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::ptr::NonNull;
 
-use fenceline::list::{DList, DoubleLinks, SList, SingleLinks, TransferStack};
+use fenceline::list::{DList, DoubleLinks, Handle, Link, SList, SingleLinks, TransferStack};
 use libfuzzer_sys::fuzz_target;
 
 struct Node {
@@ -13,8 +13,8 @@ struct Node {
     single: SingleLinks<Node>,
     double: DoubleLinks<Node>,
 }
-fenceline::impl_linked!(Node, single: SingleLinks<Node>);
-fenceline::impl_linked!(Node, double: DoubleLinks<Node>);
+fenceline::link!(Single: SingleLinks<Node> => single);
+fenceline::link!(Double: DoubleLinks<Node> => double);
 
 const NODES: usize = 32;
 
@@ -49,6 +49,11 @@ impl Drop for Nodes {
     }
 }
 
+/// The id of an unlinked node, from its handle.
+fn hid<L: Link<Node = Node>>(h: Handle<L>) -> usize {
+    id(h.into_raw())
+}
+
 fn id(n: NonNull<Node>) -> usize {
     // SAFETY: nodes outlive the lists of one run.
     unsafe { n.as_ref() }.id
@@ -57,13 +62,13 @@ fn id(n: NonNull<Node>) -> usize {
 fuzz_target!(|data: &[u8]| {
     let nodes = Nodes::new();
     // Doubly-linked side (links: `double`).
-    let mut dlist = DList::<Node>::new();
+    let mut dlist = DList::<Double>::new();
     let mut dmodel: VecDeque<usize> = VecDeque::new();
     let mut dfree: Vec<usize> = (0..NODES).collect();
     // Singly-linked side (links: `single`): an SList plus a TransferStack.
-    let mut slist = SList::<Node>::new();
+    let mut slist = SList::<Single>::new();
     let mut smodel: VecDeque<usize> = VecDeque::new();
-    let stack = TransferStack::<Node>::new();
+    let stack = TransferStack::<Single>::new();
     let mut stack_model: Vec<usize> = Vec::new();
     let mut sfree: Vec<usize> = (0..NODES).collect();
 
@@ -75,22 +80,22 @@ fuzz_target!(|data: &[u8]| {
                     // SAFETY: node `i` is not linked through `double`.
                     unsafe {
                         if op % 14 == 0 {
-                            dlist.push_back(nodes.all[i]);
+                            dlist.push_back(Handle::from_raw(nodes.all[i]));
                             dmodel.push_back(i);
                         } else {
-                            dlist.push_front(nodes.all[i]);
+                            dlist.push_front(Handle::from_raw(nodes.all[i]));
                             dmodel.push_front(i);
                         }
                     }
                 }
             }
             2 => {
-                let got = dlist.pop_front().map(id);
+                let got = dlist.pop_front().map(hid);
                 assert_eq!(got, dmodel.pop_front());
                 dfree.extend(got);
             }
             3 => {
-                let got = dlist.pop_back().map(id);
+                let got = dlist.pop_back().map(hid);
                 assert_eq!(got, dmodel.pop_back());
                 dfree.extend(got);
             }
@@ -98,7 +103,8 @@ fuzz_target!(|data: &[u8]| {
                 if !dmodel.is_empty() {
                     let victim = dmodel.remove(arg % dmodel.len()).unwrap();
                     // SAFETY: the model says `victim` is in `dlist`.
-                    unsafe { dlist.erase(nodes.all[victim]) };
+                    let back = unsafe { dlist.remove(nodes.all[victim]) };
+                    assert_eq!(hid(back), victim);
                     dfree.push(victim);
                 }
             }
@@ -107,9 +113,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(dlist.is_empty());
                 // Put back the first `arg` nodes, then append the rest.
                 for _ in 0..arg.min(all.len()) {
-                    let n = all.pop_front().unwrap();
-                    // SAFETY: `n` was just unlinked.
-                    unsafe { dlist.push_back(n) };
+                    dlist.push_back(all.pop_front().unwrap());
                 }
                 dlist.append(&mut all);
             }
@@ -118,17 +122,17 @@ fuzz_target!(|data: &[u8]| {
                     // SAFETY: node `i` is not linked through `single`.
                     unsafe {
                         if op % 14 == 6 {
-                            slist.push_back(nodes.all[i]);
+                            slist.push_back(Handle::from_raw(nodes.all[i]));
                             smodel.push_back(i);
                         } else {
-                            slist.push_front(nodes.all[i]);
+                            slist.push_front(Handle::from_raw(nodes.all[i]));
                             smodel.push_front(i);
                         }
                     }
                 }
             }
             8 => {
-                let got = slist.pop_front().map(id);
+                let got = slist.pop_front().map(hid);
                 assert_eq!(got, smodel.pop_front());
                 sfree.extend(got);
             }
@@ -157,8 +161,7 @@ fuzz_target!(|data: &[u8]| {
                 // Move the SList's front node onto the transfer stack.
                 if let Some(n) = slist.pop_front() {
                     stack_model.push(smodel.pop_front().unwrap());
-                    // SAFETY: `n` was just unlinked.
-                    unsafe { stack.push(n) };
+                    stack.push(n);
                 }
             }
             12 => {

@@ -5,7 +5,7 @@
 
 use std::ptr::NonNull;
 
-use fenceline::list::{SingleLinks, TransferStack};
+use fenceline::list::{Handle, SingleLinks, TransferStack};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -14,7 +14,7 @@ struct Node {
     links: SingleLinks<Node>,
 }
 
-fenceline::impl_linked!(Node, links: SingleLinks<Node>);
+fenceline::link!(NodeLink: SingleLinks<Node> => links);
 
 /// A node pointer handed to a producer thread.
 struct Send_(NonNull<Node>);
@@ -37,7 +37,7 @@ fn new_nodes() -> Vec<NonNull<Node>> {
         .collect()
 }
 
-fn take_into(stack: &TransferStack<Node>, seen: &mut Vec<usize>) {
+fn take_into(stack: &TransferStack<NodeLink>, seen: &mut Vec<usize>) {
     for n in stack.take_all().iter() {
         // SAFETY: the take made the node ours; it is alive until freed below.
         seen.push(unsafe { n.as_ref() }.id);
@@ -67,7 +67,7 @@ fn check(seen: &[usize]) {
 #[test]
 fn two_producers_one_concurrent_consumer() {
     loom::model(|| {
-        let stack = Arc::new(TransferStack::<Node>::new());
+        let stack = Arc::new(TransferStack::<NodeLink>::new());
         let nodes = new_nodes();
         let producers: Vec<_> = (0..2)
             .map(|p| {
@@ -79,7 +79,7 @@ fn two_producers_one_concurrent_consumer() {
                 thread::spawn(move || {
                     for n in mine {
                         // SAFETY: each node is pushed once and outlives the model.
-                        unsafe { stack.push(n.0) };
+                        stack.push(unsafe { Handle::from_raw(n.0) });
                     }
                 })
             })
@@ -110,7 +110,7 @@ fn two_producers_one_concurrent_consumer() {
 #[test]
 fn two_concurrent_takers_split_the_nodes() {
     loom::model(|| {
-        let stack = Arc::new(TransferStack::<Node>::new());
+        let stack = Arc::new(TransferStack::<NodeLink>::new());
         let nodes = new_nodes();
         let mine: Vec<Send_> = nodes[..PER_PRODUCER].iter().map(|&n| Send_(n)).collect();
         let producer = {
@@ -118,7 +118,7 @@ fn two_concurrent_takers_split_the_nodes() {
             thread::spawn(move || {
                 for n in mine {
                     // SAFETY: pushed once; outlives the model.
-                    unsafe { stack.push(n.0) };
+                    stack.push(unsafe { Handle::from_raw(n.0) });
                 }
             })
         };

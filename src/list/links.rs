@@ -1,42 +1,103 @@
-//! Link fields embedded in list nodes, and the [`Linked`] trait that finds
-//! them.
+//! Link fields embedded in list nodes, the [`SingleLink`]/[`DoubleLink`]
+//! adapters that find them, and the owning [`Handle`] lists take and give.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use crate::sync::UnsafeCell;
 
-/// A node type that embeds a link field of type `L`.
+/// Names one link field of a node type: lists are generic over the link,
+/// not the node, so a node with two link fields can sit in two lists at
+/// once (one through each). Implement it with [`link!`](crate::link).
+pub trait Link {
+    /// The node type that embeds the link field.
+    type Node;
+}
+
+/// A [`Link`] to a [`SingleLinks`] field ([`SList`](super::SList),
+/// [`TransferStack`](super::TransferStack)).
 ///
 /// # Safety
 /// `links` must return a pointer to a field *inside* the node `node` points
-/// to (so it is valid exactly as long as the node), the same field for every
-/// call, and must not read or write the node.
-///
-/// ```
-/// use std::ptr::NonNull;
-/// use fenceline::list::{Linked, SingleLinks, SList};
-///
-/// struct Job { id: u32, links: SingleLinks<Job> }
-/// // SAFETY: `links` points at the `links` field of the node.
-/// unsafe impl Linked<SingleLinks<Job>> for Job {
-///     fn links(node: NonNull<Self>) -> NonNull<SingleLinks<Job>> {
-///         // SAFETY: a field projection of a valid node pointer.
-///         unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node.as_ptr()).links)) }
-///     }
-/// }
-///
-/// let mut a = Job { id: 1, links: SingleLinks::new() };
-/// let mut b = Job { id: 2, links: SingleLinks::new() };
-/// let mut list = SList::new();
-/// // SAFETY: `a` and `b` outlive the list's use of them and do not move.
-/// unsafe { list.push_back(NonNull::from(&mut a)); list.push_back(NonNull::from(&mut b)); }
-/// let ids: Vec<u32> = list.iter().map(|n| unsafe { n.as_ref() }.id).collect();
-/// assert_eq!(ids, [1, 2]);
-/// ```
-pub unsafe trait Linked<L> {
+/// to, the same field for every call, without reading or writing the node.
+pub unsafe trait SingleLink: Link {
     /// The link field of `node`.
-    fn links(node: NonNull<Self>) -> NonNull<L>;
+    ///
+    /// # Safety
+    /// `node` points to a node (not necessarily initialized).
+    unsafe fn links(node: NonNull<Self::Node>) -> NonNull<SingleLinks<Self::Node>>;
+}
+
+/// A [`Link`] to a [`DoubleLinks`] field ([`DList`](super::DList)).
+///
+/// # Safety
+/// As for [`SingleLink`].
+pub unsafe trait DoubleLink: Link {
+    /// The link field of `node`.
+    ///
+    /// # Safety
+    /// `node` points to a node (not necessarily initialized).
+    unsafe fn links(node: NonNull<Self::Node>) -> NonNull<DoubleLinks<Self::Node>>;
+}
+
+/// The right to link one node through the link `L`: lists take a handle
+/// when a node is pushed and give it back when the node is unlinked, so a
+/// node is in at most one list through `L`, and it stays alive and unmoved
+/// while it is linked (both promised once, when the handle is made).
+///
+/// A handle is a pointer: dropping it frees nothing (the node's memory is
+/// its owner's: a pool block, a pinned future, a stack frame). Turn it back
+/// into the pointer with [`into_raw`](Self::into_raw).
+#[must_use = "dropping a handle gives up the right to link its node"]
+pub struct Handle<L: Link> {
+    node: NonNull<L::Node>,
+    _link: PhantomData<L>,
+}
+
+// SAFETY: a handle moves the ownership of its node's `L` link; the node may
+// cross threads if its type may.
+unsafe impl<L: Link> Send for Handle<L> where L::Node: Send {}
+
+impl<L: Link> Handle<L> {
+    /// Takes the right to link `node` through `L`.
+    ///
+    /// # Safety
+    /// `node` is valid, is in no list through `L`, no other handle for it
+    /// and `L` exists, and it stays valid and unmoved until this handle
+    /// (or the one a list gives back for it) is turned back into a pointer
+    /// with [`into_raw`](Self::into_raw).
+    #[inline]
+    pub unsafe fn from_raw(node: NonNull<L::Node>) -> Self {
+        Handle {
+            node,
+            _link: PhantomData,
+        }
+    }
+
+    /// The node, giving up the right to link it.
+    #[inline]
+    pub fn into_raw(self) -> NonNull<L::Node> {
+        self.node
+    }
+
+    /// The node, keeping the handle.
+    #[inline]
+    pub fn as_ptr(&self) -> NonNull<L::Node> {
+        self.node
+    }
+}
+
+impl<L: Link> fmt::Debug for Handle<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Handle").field(&self.node).finish()
+    }
+}
+
+impl<L: Link> PartialEq for Handle<L> {
+    fn eq(&self, other: &Self) -> bool {
+        self.node == other.node
+    }
 }
 
 /// `next` link for [`SList`](super::SList) and
@@ -109,83 +170,112 @@ impl<T> fmt::Debug for DoubleLinks<T> {
 // to touch the node's links under the contract in `list/mod.rs`.
 
 /// # Safety
-/// `node` is valid and its single links are not accessed concurrently.
+/// `node` is valid and its `L` links are not accessed concurrently.
 #[inline]
-pub(crate) unsafe fn next<T: Linked<SingleLinks<T>>>(node: NonNull<T>) -> Option<NonNull<T>> {
+pub(crate) unsafe fn next<L: SingleLink>(node: NonNull<L::Node>) -> Option<NonNull<L::Node>> {
     // SAFETY: `links` points into the valid node; access is exclusive.
-    unsafe { T::links(node).as_ref().next.with(|p| *p) }
+    unsafe { L::links(node).as_ref().next.with(|p| *p) }
 }
 
 /// # Safety
 /// As for [`next`].
 #[inline]
-pub(crate) unsafe fn set_next<T: Linked<SingleLinks<T>>>(node: NonNull<T>, to: Option<NonNull<T>>) {
+pub(crate) unsafe fn set_next<L: SingleLink>(node: NonNull<L::Node>, to: Option<NonNull<L::Node>>) {
     // SAFETY: `links` points into the valid node; access is exclusive.
-    unsafe { T::links(node).as_ref().next.with_mut(|p| *p = to) }
+    unsafe { L::links(node).as_ref().next.with_mut(|p| *p = to) }
 }
 
 /// # Safety
-/// `node` is valid and its double links are not accessed concurrently.
+/// As for [`next`].
 #[inline]
-pub(crate) unsafe fn double_next<T: Linked<DoubleLinks<T>>>(
-    node: NonNull<T>,
-) -> Option<NonNull<T>> {
+pub(crate) unsafe fn double_next<L: DoubleLink>(
+    node: NonNull<L::Node>,
+) -> Option<NonNull<L::Node>> {
     // SAFETY: as for `next`.
-    unsafe { T::links(node).as_ref().next.with(|p| *p) }
+    unsafe { L::links(node).as_ref().next.with(|p| *p) }
 }
 
 /// # Safety
-/// As for [`double_next`].
+/// As for [`next`].
 #[inline]
-pub(crate) unsafe fn double_prev<T: Linked<DoubleLinks<T>>>(
-    node: NonNull<T>,
-) -> Option<NonNull<T>> {
+pub(crate) unsafe fn double_prev<L: DoubleLink>(
+    node: NonNull<L::Node>,
+) -> Option<NonNull<L::Node>> {
     // SAFETY: as for `next`.
-    unsafe { T::links(node).as_ref().prev.with(|p| *p) }
+    unsafe { L::links(node).as_ref().prev.with(|p| *p) }
 }
 
 /// # Safety
-/// As for [`double_next`].
+/// As for [`next`].
 #[inline]
-pub(crate) unsafe fn set_double_next<T: Linked<DoubleLinks<T>>>(
-    node: NonNull<T>,
-    to: Option<NonNull<T>>,
+pub(crate) unsafe fn set_double_next<L: DoubleLink>(
+    node: NonNull<L::Node>,
+    to: Option<NonNull<L::Node>>,
 ) {
     // SAFETY: as for `next`.
-    unsafe { T::links(node).as_ref().next.with_mut(|p| *p = to) }
+    unsafe { L::links(node).as_ref().next.with_mut(|p| *p = to) }
 }
 
 /// # Safety
-/// As for [`double_next`].
+/// As for [`next`].
 #[inline]
-pub(crate) unsafe fn set_double_prev<T: Linked<DoubleLinks<T>>>(
-    node: NonNull<T>,
-    to: Option<NonNull<T>>,
+pub(crate) unsafe fn set_double_prev<L: DoubleLink>(
+    node: NonNull<L::Node>,
+    to: Option<NonNull<L::Node>>,
 ) {
     // SAFETY: as for `next`.
-    unsafe { T::links(node).as_ref().prev.with_mut(|p| *p = to) }
+    unsafe { L::links(node).as_ref().prev.with_mut(|p| *p = to) }
 }
 
-/// Implements `Linked` for a node type by naming its link field, which is
-/// the only correct implementation (a field projection), so no `unsafe` is
-/// left to the caller.
+/// Declares a link: an uninhabited type naming one link field of a node
+/// type, with its [`Link`] and [`SingleLink`] or [`DoubleLink`]
+/// implementation (a field projection, the only correct one, so no
+/// `unsafe` is left to the caller).
 ///
 /// ```
-/// use fenceline::list::{SingleLinks, DoubleLinks};
-/// struct Action { id: u32, next: SingleLinks<Action>, pending: DoubleLinks<Action> }
-/// fenceline::impl_linked!(Action, next: SingleLinks<Action>);
-/// fenceline::impl_linked!(Action, pending: DoubleLinks<Action>);
+/// use std::ptr::NonNull;
+/// use fenceline::list::{DoubleLinks, Handle, SList, SingleLinks};
+///
+/// struct Job { id: u32, queued: SingleLinks<Job>, waiting: DoubleLinks<Job> }
+/// fenceline::link!(JobQueue: SingleLinks<Job> => queued);
+/// fenceline::link!(JobWait: DoubleLinks<Job> => waiting);
+///
+/// let mut a = Job { id: 1, queued: SingleLinks::new(), waiting: DoubleLinks::new() };
+/// let mut b = Job { id: 2, queued: SingleLinks::new(), waiting: DoubleLinks::new() };
+/// let mut list = SList::<JobQueue>::new();
+/// // SAFETY: `a` and `b` outlive the list's use of them and do not move.
+/// unsafe {
+///     list.push_back(Handle::from_raw(NonNull::from(&mut a)));
+///     list.push_back(Handle::from_raw(NonNull::from(&mut b)));
+/// }
+/// let ids: Vec<u32> = list.iter().map(|n| unsafe { n.as_ref() }.id).collect();
+/// assert_eq!(ids, [1, 2]);
 /// ```
 #[macro_export]
-macro_rules! impl_linked {
-    ($node:ty, $field:ident : $links:ty) => {
+macro_rules! link {
+    ($(#[$meta:meta])* $vis:vis $name:ident : SingleLinks<$node:ty> => $field:ident) => {
+        $crate::link!(@impl $(#[$meta])* $vis $name, $node, $field, SingleLink, SingleLinks);
+    };
+    ($(#[$meta:meta])* $vis:vis $name:ident : DoubleLinks<$node:ty> => $field:ident) => {
+        $crate::link!(@impl $(#[$meta])* $vis $name, $node, $field, DoubleLink, DoubleLinks);
+    };
+    (@impl $(#[$meta:meta])* $vis:vis $name:ident, $node:ty, $field:ident,
+     $link:ident, $links:ident) => {
+        $(#[$meta])*
+        #[derive(Debug)]
+        $vis enum $name {}
+        impl $crate::list::Link for $name {
+            type Node = $node;
+        }
         // SAFETY: `links` projects to the named field of the node, without
         // reading or writing it.
-        unsafe impl $crate::list::Linked<$links> for $node {
+        unsafe impl $crate::list::$link for $name {
             #[inline]
-            fn links(node: ::core::ptr::NonNull<Self>) -> ::core::ptr::NonNull<$links> {
-                // SAFETY: a field projection of a pointer to a valid node is
-                // in bounds and non-null.
+            unsafe fn links(
+                node: ::core::ptr::NonNull<$node>,
+            ) -> ::core::ptr::NonNull<$crate::list::$links<$node>> {
+                // SAFETY: a field projection of a node pointer is in bounds
+                // and non-null.
                 unsafe {
                     ::core::ptr::NonNull::new_unchecked(::core::ptr::addr_of_mut!(
                         (*node.as_ptr()).$field

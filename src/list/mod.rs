@@ -3,37 +3,43 @@
 //!
 //! # The pointer contract (for every list here)
 //!
-//! A node type `T` embeds a link field and implements [`Linked`] to say
-//! where it is. The lists never own nodes; they hold `NonNull<T>` that the
-//! caller handed in with an `unsafe` push, and the caller promises, for as
-//! long as the node is linked:
+//! A node type embeds link fields ([`SingleLinks`], [`DoubleLinks`]); a
+//! [`link!`](crate::link) names one of them with a type, and lists are
+//! generic over that link, so a node with two link fields may sit in two
+//! lists at once (as tokio's `util/linked_list.rs` does it). Lists never
+//! own node memory: pushing takes a [`Handle`], the right to link the node
+//! through that link, and unlinking gives it back. Making a handle is the
+//! one `unsafe` promise, for as long as the node is linked:
 //!
-//! 1. the node stays alive and does not move (it lives in pool memory or a
-//!    pinned box);
-//! 2. it is linked into at most one list through a given link field (a type
-//!    with two link fields may sit in one list through each);
-//! 3. nobody else touches its link field.
+//! 1. the node stays alive and does not move (it lives in pool memory, a
+//!    pinned future or a stack frame that outlives the list's use);
+//! 2. it is linked into at most one list through a given link (one handle
+//!    per node and link);
+//! 3. nobody else touches that link field (link accessors are `unsafe`).
 //!
-//! Given that, unlinking (`pop_front`, `take_all`, `split`, iteration) is
-//! safe: the pointers it returns are exactly those the caller pushed.
-//! Dropping a list with nodes still linked just forgets them (the caller owns
-//! them anyway).
+//! Given that, pushing and unlinking (`pop_front`, `take_all`, `split`) are
+//! safe, and the handles they return are exactly those pushed. Erasing a
+//! node from the middle of a `DList` (`remove`) names it by pointer and is
+//! `unsafe`. Dropping a list with nodes still linked just forgets them (the
+//! node memory is its owner's anyway).
 //!
-//! - [`DList`]: doubly linked, O(1) `erase` anywhere (pending queue actions).
+//! - [`DList`]: doubly linked, O(1) `remove` anywhere (pending queue actions).
 //! - [`SList`]: singly linked with a tail, O(1) `append`/`prepend`, `split`
 //!   for stealing (tasks).
 //! - [`TransferStack`]: many producers push with a CAS, one consumer takes
 //!   everything with a single `swap` and gets it in FIFO order.
 
 mod dlist;
+mod ends;
 mod links;
 mod slist;
 mod transfer_stack;
 
-pub use dlist::{DIter, DList};
+pub use dlist::DList;
+pub use ends::Iter;
 pub(crate) use links::next as links_next;
-pub use links::{DoubleLinks, Linked, SingleLinks};
-pub use slist::{SIter, SList};
+pub use links::{DoubleLink, DoubleLinks, Handle, Link, SingleLink, SingleLinks};
+pub use slist::SList;
 pub use transfer_stack::TransferStack;
 
 #[cfg(all(test, not(fenceline_loom)))]

@@ -11,8 +11,8 @@ pub(crate) struct Node {
     double: DoubleLinks<Node>,
 }
 
-crate::impl_linked!(Node, single: SingleLinks<Node>);
-crate::impl_linked!(Node, double: DoubleLinks<Node>);
+crate::link!(pub(crate) Single: SingleLinks<Node> => single);
+crate::link!(pub(crate) Double: DoubleLinks<Node> => double);
 
 /// Owns `n` heap nodes with values `0..n`; frees them on drop.
 pub(crate) struct Nodes(Vec<NonNull<Node>>);
@@ -37,6 +37,24 @@ impl Nodes {
     pub(crate) fn get(&self, i: u32) -> NonNull<Node> {
         self.0[i as usize]
     }
+
+    /// The handle to link node `i` through its single links.
+    ///
+    /// # Safety
+    /// Node `i` is in no list through them (the nodes outlive every list).
+    pub(crate) unsafe fn single(&self, i: u32) -> Handle<Single> {
+        // SAFETY: forwarded contract; `Nodes` keeps the node allocated.
+        unsafe { Handle::from_raw(self.get(i)) }
+    }
+
+    /// The handle to link node `i` through its double links.
+    ///
+    /// # Safety
+    /// As for [`single`](Self::single).
+    pub(crate) unsafe fn double(&self, i: u32) -> Handle<Double> {
+        // SAFETY: forwarded contract; `Nodes` keeps the node allocated.
+        unsafe { Handle::from_raw(self.get(i)) }
+    }
 }
 
 impl Drop for Nodes {
@@ -54,36 +72,40 @@ fn val(node: NonNull<Node>) -> u32 {
     unsafe { node.as_ref() }.val
 }
 
-fn dvals(list: &DList<Node>) -> Vec<u32> {
+fn hval<L: Link<Node = Node>>(handle: Handle<L>) -> u32 {
+    val(handle.into_raw())
+}
+
+fn dvals(list: &DList<Double>) -> Vec<u32> {
     list.iter().map(val).collect()
 }
 
-fn svals(list: &SList<Node>) -> Vec<u32> {
+fn svals(list: &SList<Single>) -> Vec<u32> {
     list.iter().map(val).collect()
 }
 
 /// A DList of nodes `vals` (pushed back in order).
-fn dlist(nodes: &Nodes, vals: impl IntoIterator<Item = u32>) -> DList<Node> {
+fn dlist(nodes: &Nodes, vals: impl IntoIterator<Item = u32>) -> DList<Double> {
     let mut list = DList::new();
     for v in vals {
         // SAFETY: each node is pushed once and outlives the list.
-        unsafe { list.push_back(nodes.get(v)) };
+        list.push_back(unsafe { nodes.double(v) });
     }
     list
 }
 
-fn slist(nodes: &Nodes, vals: impl IntoIterator<Item = u32>) -> SList<Node> {
+fn slist(nodes: &Nodes, vals: impl IntoIterator<Item = u32>) -> SList<Single> {
     let mut list = SList::new();
     for v in vals {
         // SAFETY: each node is pushed once and outlives the list.
-        unsafe { list.push_back(nodes.get(v)) };
+        list.push_back(unsafe { nodes.single(v) });
     }
     list
 }
 
 /// Checks head/tail/len against the forward walk, and the backward walk of
 /// a DList through `prev`.
-fn check_dlist(list: &DList<Node>, expected: &[u32]) {
+fn check_dlist(list: &DList<Double>, expected: &[u32]) {
     assert_eq!(dvals(list), expected);
     assert_eq!(list.len(), expected.len());
     assert_eq!(list.is_empty(), expected.is_empty());
@@ -94,20 +116,23 @@ fn check_dlist(list: &DList<Node>, expected: &[u32]) {
     while let Some(n) = cur {
         back.push(val(n));
         // SAFETY: linked nodes are valid.
-        cur = unsafe { links::double_prev(n) };
+        cur = unsafe { links::double_prev::<Double>(n) };
     }
     back.reverse();
     assert_eq!(back, expected, "prev links disagree with next links");
 }
 
-fn check_slist(list: &SList<Node>, expected: &[u32]) {
+fn check_slist(list: &SList<Single>, expected: &[u32]) {
     assert_eq!(svals(list), expected);
     assert_eq!(list.len(), expected.len());
     assert_eq!(list.front().map(val), expected.first().copied());
     assert_eq!(list.back().map(val), expected.last().copied());
     if let Some(tail) = list.back() {
         // SAFETY: linked nodes are valid.
-        assert!(unsafe { links::next(tail) }.is_none(), "tail has a next");
+        assert!(
+            unsafe { links::next::<Single>(tail) }.is_none(),
+            "tail has a next"
+        );
     }
 }
 
@@ -123,17 +148,17 @@ fn dlist_push_back_front_and_pop() {
     assert!(list.pop_front().is_none());
     // SAFETY: each node pushed once.
     unsafe {
-        list.push_back(nodes.get(1));
-        list.push_back(nodes.get(2));
-        list.push_front(nodes.get(0));
-        list.push_back(nodes.get(3));
+        list.push_back(nodes.double(1));
+        list.push_back(nodes.double(2));
+        list.push_front(nodes.double(0));
+        list.push_back(nodes.double(3));
     }
     check_dlist(&list, &[0, 1, 2, 3]);
-    assert_eq!(list.pop_front().map(val), Some(0));
-    assert_eq!(list.pop_back().map(val), Some(3));
+    assert_eq!(list.pop_front().map(hval), Some(0));
+    assert_eq!(list.pop_back().map(hval), Some(3));
     check_dlist(&list, &[1, 2]);
-    assert_eq!(list.pop_front().map(val), Some(1));
-    assert_eq!(list.pop_front().map(val), Some(2));
+    assert_eq!(list.pop_front().map(hval), Some(1));
+    assert_eq!(list.pop_front().map(hval), Some(2));
     assert!(list.pop_front().is_none());
     check_dlist(&list, &[]);
 }
@@ -142,24 +167,23 @@ fn dlist_push_back_front_and_pop() {
 fn dlist_erase_head_middle_tail_and_only() {
     let nodes = Nodes::new(5);
     let mut list = dlist(&nodes, 0..5);
-    // SAFETY: each erased node is linked in `list`.
-    unsafe { list.erase(nodes.get(0)) };
+    // SAFETY: each removed node is linked in `list`.
+    assert_eq!(hval(unsafe { list.remove(nodes.get(0)) }), 0);
     check_dlist(&list, &[1, 2, 3, 4]);
     // SAFETY: as above.
-    unsafe { list.erase(nodes.get(2)) };
+    let two = unsafe { list.remove(nodes.get(2)) };
     check_dlist(&list, &[1, 3, 4]);
     // SAFETY: as above.
-    unsafe { list.erase(nodes.get(4)) };
+    let _ = unsafe { list.remove(nodes.get(4)) };
     check_dlist(&list, &[1, 3]);
     // SAFETY: as above.
     unsafe {
-        list.erase(nodes.get(1));
-        list.erase(nodes.get(3));
+        let _ = list.remove(nodes.get(1));
+        let _ = list.remove(nodes.get(3));
     }
     check_dlist(&list, &[]);
-    // An erased node can be linked again.
-    // SAFETY: node 2 is unlinked.
-    unsafe { list.push_back(nodes.get(2)) };
+    // A removed node's handle links it again.
+    list.push_back(two);
     check_dlist(&list, &[2]);
 }
 
@@ -193,20 +217,20 @@ fn slist_push_pop() {
     let mut list = SList::new();
     // SAFETY: each node pushed once.
     unsafe {
-        list.push_back(nodes.get(1));
-        list.push_front(nodes.get(0));
-        list.push_back(nodes.get(2));
+        list.push_back(nodes.single(1));
+        list.push_front(nodes.single(0));
+        list.push_back(nodes.single(2));
     }
     check_slist(&list, &[0, 1, 2]);
-    assert_eq!(list.pop_front().map(val), Some(0));
+    assert_eq!(list.pop_front().map(hval), Some(0));
     check_slist(&list, &[1, 2]);
-    assert_eq!(list.pop_front().map(val), Some(1));
-    assert_eq!(list.pop_front().map(val), Some(2));
+    let one = list.pop_front();
+    assert_eq!(one.as_ref().map(|h| val(h.as_ptr())), Some(1));
+    assert_eq!(list.pop_front().map(hval), Some(2));
     assert!(list.pop_front().is_none());
     check_slist(&list, &[]);
-    // push_front on empty sets the tail too.
-    // SAFETY: node 1 is unlinked.
-    unsafe { list.push_front(nodes.get(1)) };
+    // push_front on empty sets the tail too (with a popped node's handle).
+    list.extend(one);
     check_slist(&list, &[1]);
 }
 
@@ -286,9 +310,12 @@ fn transfer_stack_returns_fifo() {
     check_slist(&stack.take_all(), &[]);
     // SAFETY: each node pushed once.
     unsafe {
-        assert!(stack.push(nodes.get(0)), "first push sees an empty stack");
-        assert!(!stack.push(nodes.get(1)));
-        assert!(!stack.push(nodes.get(2)));
+        assert!(
+            stack.push(nodes.single(0)),
+            "first push sees an empty stack"
+        );
+        assert!(!stack.push(nodes.single(1)));
+        assert!(!stack.push(nodes.single(2)));
     }
     assert!(!stack.is_empty());
     let taken = stack.take_all();
@@ -296,8 +323,8 @@ fn transfer_stack_returns_fifo() {
     assert!(stack.is_empty());
     // SAFETY: nodes 3 and 4 are unlinked.
     unsafe {
-        assert!(stack.push(nodes.get(3)));
-        stack.push(nodes.get(4));
+        assert!(stack.push(nodes.single(3)));
+        stack.push(nodes.single(4));
     }
     check_slist(&stack.take_all(), &[3, 4]);
 }
@@ -307,10 +334,10 @@ fn transfer_stack_push_list_keeps_list_order() {
     let nodes = Nodes::new(6);
     let stack = TransferStack::new();
     // SAFETY: node 0 pushed once.
-    unsafe { stack.push(nodes.get(0)) };
+    stack.push(unsafe { nodes.single(0) });
     assert!(!stack.push_list(slist(&nodes, 1..4)));
     // SAFETY: node 4 pushed once.
-    unsafe { stack.push(nodes.get(4)) };
+    stack.push(unsafe { nodes.single(4) });
     assert!(!stack.push_list(SList::new()));
     check_slist(&stack.take_all(), &[0, 1, 2, 3, 4]);
     assert!(stack.push_list(slist(&nodes, 5..6)));
@@ -326,7 +353,7 @@ fn transfer_stack_threads_each_node_taken_once_in_push_order() {
     // consumer).
     unsafe impl Send for Batch {}
     let nodes = Nodes::new(2 * PER);
-    let stack = TransferStack::<Node>::new();
+    let stack = TransferStack::<Single>::new();
     let mut seen = Vec::new();
     std::thread::scope(|s| {
         for t in 0..2usize {
@@ -336,7 +363,7 @@ fn transfer_stack_threads_each_node_taken_once_in_push_order() {
                 let batch = batch;
                 for node in batch.0 {
                     // SAFETY: each node pushed once; `nodes` outlives the scope.
-                    unsafe { stack.push(node) };
+                    stack.push(unsafe { Handle::from_raw(node) });
                 }
             });
         }
@@ -364,13 +391,32 @@ fn dlist_insert_after_front_middle_back() {
     let mut list = dlist(&nodes, [1, 3]);
     // SAFETY: nodes 0, 2, 4 are unlinked; 1 and 3 are linked in `list`.
     unsafe {
-        list.insert_after(None, nodes.get(0));
-        list.insert_after(Some(nodes.get(1)), nodes.get(2));
-        list.insert_after(Some(nodes.get(3)), nodes.get(4));
+        list.insert_after(None, nodes.double(0));
+        list.insert_after(Some(nodes.get(1)), nodes.double(2));
+        list.insert_after(Some(nodes.get(3)), nodes.double(4));
     }
     check_dlist(&list, &[0, 1, 2, 3, 4]);
     // SAFETY: node 2 is linked.
     assert_eq!(unsafe { list.prev(nodes.get(2)) }.map(val), Some(1));
     // SAFETY: node 0 is linked.
     assert_eq!(unsafe { list.prev(nodes.get(0)) }, None);
+}
+
+#[test]
+fn one_node_sits_in_two_lists_through_two_links() {
+    let nodes = Nodes::new(3);
+    let mut singles = slist(&nodes, 0..3);
+    let mut doubles = dlist(&nodes, [2, 0, 1]);
+    check_slist(&singles, &[0, 1, 2]);
+    check_dlist(&doubles, &[2, 0, 1]);
+    // Unlinking from one list leaves the other intact.
+    // SAFETY: node 0 is linked in `doubles`.
+    let zero = unsafe { doubles.remove(nodes.get(0)) };
+    check_slist(&singles, &[0, 1, 2]);
+    check_dlist(&doubles, &[2, 1]);
+    assert_eq!(singles.pop_front().map(hval), Some(0));
+    check_dlist(&doubles, &[2, 1]);
+    doubles.push_front(zero);
+    check_dlist(&doubles, &[0, 2, 1]);
+    check_slist(&singles, &[1, 2]);
 }

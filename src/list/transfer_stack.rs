@@ -6,7 +6,8 @@ use std::ptr::{self, NonNull};
 
 use crossbeam_utils::{Backoff, CachePadded};
 
-use super::links::{next, set_next, Linked, SingleLinks};
+use super::ends::Ends;
+use super::links::{next, set_next, Handle, SingleLink};
 use super::slist::SList;
 use crate::sync::atomic::{AtomicPtr, Ordering};
 
@@ -27,23 +28,23 @@ use crate::sync::atomic::{AtomicPtr, Ordering};
 /// `Acquire`; pushes are read-modify-writes, so one take synchronizes with
 /// every push whose node it receives (release sequence), and everything a
 /// producer wrote to its node before pushing is visible to the taker.
-pub struct TransferStack<T: Linked<SingleLinks<T>>> {
-    head: CachePadded<AtomicPtr<T>>,
-    _marker: PhantomData<NonNull<T>>,
+pub struct TransferStack<L: SingleLink> {
+    head: CachePadded<AtomicPtr<L::Node>>,
+    _link: PhantomData<Handle<L>>,
 }
 
 // SAFETY: nodes move from producers to the consumer; they must be `Send`.
-unsafe impl<T: Linked<SingleLinks<T>> + Send> Send for TransferStack<T> {}
+unsafe impl<L: SingleLink> Send for TransferStack<L> where L::Node: Send {}
 // SAFETY: all shared access is through the atomic head (see type docs).
-unsafe impl<T: Linked<SingleLinks<T>> + Send> Sync for TransferStack<T> {}
+unsafe impl<L: SingleLink> Sync for TransferStack<L> where L::Node: Send {}
 
-impl<T: Linked<SingleLinks<T>>> Default for TransferStack<T> {
+impl<L: SingleLink> Default for TransferStack<L> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T: Linked<SingleLinks<T>>> fmt::Debug for TransferStack<T> {
+impl<L: SingleLink> fmt::Debug for TransferStack<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TransferStack")
             .field("empty", &self.is_empty())
@@ -51,12 +52,12 @@ impl<T: Linked<SingleLinks<T>>> fmt::Debug for TransferStack<T> {
     }
 }
 
-impl<T: Linked<SingleLinks<T>>> TransferStack<T> {
+impl<L: SingleLink> TransferStack<L> {
     /// An empty stack.
     pub fn new() -> Self {
         TransferStack {
             head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
-            _marker: PhantomData,
+            _link: PhantomData,
         }
     }
 
@@ -68,12 +69,10 @@ impl<T: Linked<SingleLinks<T>>> TransferStack<T> {
 
     /// Pushes `node`. Returns `true` if the stack was empty before (the
     /// consumer may need a wake-up).
-    ///
-    /// # Safety
-    /// `node` is valid, in no list through these links, and stays valid and
-    /// unmoved until taken (module contract).
-    pub unsafe fn push(&self, node: NonNull<T>) -> bool {
-        // SAFETY: forwarded contract: a one-node chain.
+    pub fn push(&self, node: Handle<L>) -> bool {
+        let node = node.into_raw();
+        // SAFETY: the handle gave us the right to link `node`: a one-node
+        // chain.
         unsafe { self.push_chain(node, node) }
     }
 
@@ -81,26 +80,30 @@ impl<T: Linked<SingleLinks<T>>> TransferStack<T> {
     /// (so `take_all` returns them after earlier pushes, in list order), with
     /// one CAS. O(len) to prepare (the chain is reversed first), O(1) shared.
     /// Returns `true` if the stack was empty before.
-    pub fn push_list(&self, mut list: SList<T>) -> bool {
+    pub fn push_list(&self, mut list: SList<L>) -> bool {
         list.reverse();
-        match list.into_raw_parts() {
+        match list.take_ends() {
             // SAFETY: the list owned the chain `head ..= tail`, linked through
             // `next`, under the module contract, which now moves to the stack.
-            Some((head, tail, _)) => unsafe { self.push_chain(head, tail) },
-            None => false,
+            Ends {
+                head: Some(head),
+                tail: Some(tail),
+                ..
+            } => unsafe { self.push_chain(head, tail) },
+            _ => false,
         }
     }
 
     /// # Safety
     /// `first ..= last` is a chain linked through `next` of nodes we own.
-    unsafe fn push_chain(&self, first: NonNull<T>, last: NonNull<T>) -> bool {
+    unsafe fn push_chain(&self, first: NonNull<L::Node>, last: NonNull<L::Node>) -> bool {
         // Back off on a lost race: under contention, retrying at once makes
         // every CAS fail (measured: ~13x slower pool pairs on two threads).
         let backoff = Backoff::new();
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             // SAFETY: we still own `last` until the CAS below succeeds.
-            unsafe { set_next(last, NonNull::new(head)) };
+            unsafe { set_next::<L>(last, NonNull::new(head)) };
             // Release: publishes the links and the node's contents to the
             // taker's Acquire swap.
             match self.head.compare_exchange_weak(
@@ -120,7 +123,7 @@ impl<T: Linked<SingleLinks<T>>> TransferStack<T> {
 
     /// Takes every node pushed so far, in push order (FIFO).
     #[must_use = "the taken nodes are lost (leaked) if the list is dropped"]
-    pub fn take_all(&self) -> SList<T> {
+    pub fn take_all(&self) -> SList<L> {
         // Relaxed pre-check: skip the RMW (and its cache-line steal) when
         // there is nothing to take.
         if self.head.load(Ordering::Relaxed).is_null() {
@@ -131,15 +134,15 @@ impl<T: Linked<SingleLinks<T>>> TransferStack<T> {
             return SList::new();
         };
         // The chain runs newest to oldest; reverse it into FIFO order.
-        let mut reversed: Option<NonNull<T>> = None;
+        let mut reversed: Option<NonNull<L::Node>> = None;
         let mut cur = Some(top);
         let mut len = 0;
         while let Some(node) = cur {
             // SAFETY: the swap gave us the whole chain; every node in it is
             // valid (producers' contract) and now exclusively ours.
             unsafe {
-                cur = next(node);
-                set_next(node, reversed);
+                cur = next::<L>(node);
+                set_next::<L>(node, reversed);
             }
             reversed = Some(node);
             len += 1;
@@ -149,7 +152,13 @@ impl<T: Linked<SingleLinks<T>>> TransferStack<T> {
         };
         // SAFETY: `oldest ..= top` is now a FIFO chain of `len` nodes ending
         // at the newest node `top`, whose `next` was set to `None` first.
-        unsafe { SList::from_raw_parts(oldest, top, len) }
+        unsafe {
+            SList::from_ends(Ends {
+                head: Some(oldest),
+                tail: Some(top),
+                len,
+            })
+        }
     }
 }
 
@@ -162,12 +171,12 @@ mod assertions {
         single: SingleLinks<Node>,
         double: DoubleLinks<Node>,
     }
-    crate::impl_linked!(Node, single: SingleLinks<Node>);
-    crate::impl_linked!(Node, double: DoubleLinks<Node>);
+    crate::link!(Single: SingleLinks<Node> => single);
+    crate::link!(Double: DoubleLinks<Node> => double);
 
-    static_assertions::assert_impl_all!(TransferStack<Node>: Send, Sync);
-    static_assertions::assert_impl_all!(SList<Node>: Send);
-    static_assertions::assert_impl_all!(DList<Node>: Send);
-    static_assertions::assert_not_impl_any!(SList<Node>: Sync, Clone);
-    static_assertions::assert_not_impl_any!(DList<Node>: Sync, Clone);
+    static_assertions::assert_impl_all!(TransferStack<Single>: Send, Sync);
+    static_assertions::assert_impl_all!(SList<Single>: Send);
+    static_assertions::assert_impl_all!(DList<Double>: Send);
+    static_assertions::assert_not_impl_any!(SList<Single>: Sync, Clone);
+    static_assertions::assert_not_impl_any!(DList<Double>: Sync, Clone);
 }

@@ -1,10 +1,11 @@
 //! `QueueAction`: one submission, in block-pool memory.
 
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr::{addr_of_mut, NonNull};
 
 use crate::error::Error;
-use crate::list::{DoubleLinks, Linked, SingleLinks};
+use crate::list::{DoubleLink, DoubleLinks, Link, SingleLink, SingleLinks};
 use crate::pool::{BlockPool, RawBlock};
 use crate::semaphore::{AnyEvent, Semaphore, Timepoint};
 use crate::unwind::FirstPanic;
@@ -57,18 +58,41 @@ pub(crate) struct QueueAction<P> {
     pub(crate) timepoint: Timepoint,
     pub(crate) device_waits: [Option<AnyEvent>; DEVICE_WAITS],
 }
+/// An action's place on the submit stack, the woken stack, or a
+/// backend's completion stack (one at a time).
+pub(crate) enum SubmitLink<P> {
+    #[allow(dead_code)] // uninhabited: a type-level name only
+    Never(std::convert::Infallible, PhantomData<fn() -> P>),
+}
+
+impl<P> Link for SubmitLink<P> {
+    type Node = QueueAction<P>;
+}
+
 // SAFETY: projects to the `next` field.
-unsafe impl<P> Linked<SingleLinks<QueueAction<P>>> for QueueAction<P> {
-    fn links(node: NonNull<Self>) -> NonNull<SingleLinks<QueueAction<P>>> {
-        // SAFETY: a field projection of a valid node pointer.
+unsafe impl<P> SingleLink for SubmitLink<P> {
+    unsafe fn links(node: NonNull<QueueAction<P>>) -> NonNull<SingleLinks<QueueAction<P>>> {
+        // SAFETY: a field projection of a node pointer.
         unsafe { NonNull::new_unchecked(addr_of_mut!((*node.as_ptr()).next)) }
     }
 }
 
-// SAFETY: projects to the `pending` field.
-unsafe impl<P> Linked<DoubleLinks<QueueAction<P>>> for QueueAction<P> {
-    fn links(node: NonNull<Self>) -> NonNull<DoubleLinks<QueueAction<P>>> {
-        // SAFETY: a field projection of a valid node pointer.
+/// An action's place in the issuer's list of actions waiting on a
+/// semaphore (while it is also on the woken stack, through `next`, once
+/// its timepoint fired).
+pub(crate) enum WaitingLink<P> {
+    #[allow(dead_code)] // uninhabited: a type-level name only
+    Never(std::convert::Infallible, PhantomData<fn() -> P>),
+}
+
+impl<P> Link for WaitingLink<P> {
+    type Node = QueueAction<P>;
+}
+
+// SAFETY: projects to the `waiting_links` field.
+unsafe impl<P> DoubleLink for WaitingLink<P> {
+    unsafe fn links(node: NonNull<QueueAction<P>>) -> NonNull<DoubleLinks<QueueAction<P>>> {
+        // SAFETY: a field projection of a node pointer.
         unsafe { NonNull::new_unchecked(addr_of_mut!((*node.as_ptr()).waiting_links)) }
     }
 }

@@ -4,10 +4,10 @@
 use std::fmt;
 use std::ptr::NonNull;
 
-use super::action::QueueAction;
+use super::action::{QueueAction, SubmitLink};
 use super::pending::QueueState;
 use crate::error::{Error, ErrorKind};
-use crate::list::{SList, TransferStack};
+use crate::list::{Handle, SList, TransferStack};
 use crate::semaphore::{AnyEvent, Semaphore};
 
 /// A device backend: runs ready actions' payloads.
@@ -175,7 +175,7 @@ impl<B: Backend> Drop for Completion<B> {
 /// the actions through their own submit links (free once issued): no
 /// allocation, no lock.
 pub struct CompletionStack<B: Backend> {
-    stack: TransferStack<QueueAction<B::Payload>>,
+    stack: TransferStack<SubmitLink<B::Payload>>,
 }
 
 // SAFETY: the stack owns the pushed actions (payloads are `Send`).
@@ -205,7 +205,7 @@ impl<B: Backend> CompletionStack<B> {
         std::mem::forget(work);
         // SAFETY: an issued action is linked nowhere; its submit links are
         // free and the stack now owns it.
-        unsafe { self.stack.push(action) };
+        self.stack.push(unsafe { Handle::from_raw(action) });
     }
 
     /// Takes every pushed action, oldest first. Actions the iterator is
@@ -226,7 +226,7 @@ impl<B: Backend> CompletionStack<B> {
 /// Actions taken from a [`CompletionStack`], oldest first: an iterator,
 /// and a FIFO a backend can keep and [`append`](Self::append) to.
 pub struct Completions<B: Backend> {
-    list: SList<QueueAction<B::Payload>>,
+    list: SList<SubmitLink<B::Payload>>,
 }
 
 impl<B: Backend> Completions<B> {
@@ -261,7 +261,7 @@ impl<B: Backend> Iterator for Completions<B> {
         self.list.pop_front().map(|action| {
             // SAFETY: pushed by `CompletionStack::push` from a
             // `Completion<B>`, and popped once.
-            unsafe { Completion::from_raw(action.as_ptr().cast()) }
+            unsafe { Completion::from_raw(action.into_raw().as_ptr().cast()) }
         })
     }
 }

@@ -8,10 +8,10 @@ use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
-use super::action::{QueueAction, DEVICE_WAITS};
+use super::action::{QueueAction, SubmitLink, WaitingLink, DEVICE_WAITS};
 use super::backend::{Backend, Completion};
 use crate::error::{Error, ErrorKind};
-use crate::list::{DList, TransferStack};
+use crate::list::{DList, Handle, TransferStack};
 use crate::pool::{BlockPool, BlockPoolConfig};
 use crate::semaphore::{Registration, Semaphore, Timepoint};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -25,9 +25,9 @@ pub(crate) struct QueueState<B: Backend> {
     backend: B,
     pool: BlockPool,
     /// Submitted, not yet looked at.
-    incoming: TransferStack<Action<B>>,
+    incoming: TransferStack<SubmitLink<B::Payload>>,
     /// Pending actions whose timepoint fired.
-    woken: TransferStack<Action<B>>,
+    woken: TransferStack<SubmitLink<B::Payload>>,
     /// Issue requests; whoever raises it from 0 is the issuer.
     requests: CachePadded<AtomicUsize>,
     closed: AtomicBool,
@@ -47,7 +47,7 @@ pub(crate) struct QueueState<B: Backend> {
 struct IssuerState<P> {
     /// Actions waiting on a semaphore (each armed on a timepoint): looked
     /// at again only when that timepoint fires, or at shutdown.
-    waiting: DList<QueueAction<P>>,
+    waiting: DList<WaitingLink<P>>,
 }
 
 // SAFETY: actions move between threads with their ownership; the issuer
@@ -152,8 +152,9 @@ impl<B: Backend> PendingQueue<B> {
             owner,
         )?;
         shared.refs.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: a new action, handed to the submit stack.
-        unsafe { shared.incoming.push(action) };
+        // SAFETY: a new action, in no list, handed to the submit stack; it
+        // stays allocated until it is finished.
+        shared.incoming.push(unsafe { Handle::from_raw(action) });
         // The handle (borrowed for this call) keeps the state alive.
         shared.request_issue();
         Ok(())
@@ -286,8 +287,9 @@ unsafe fn queue_wake<B: Backend>(tp: NonNull<Timepoint>, _result: Result<(), Err
     // another thread) may finish it, and with it the last reference. The
     // guard gives it up even if the pass panics out of `request_issue`.
     let _held = Reference::take(this);
-    // SAFETY: the fired timepoint gave us the action; the stack takes it.
-    unsafe { shared.woken.push(action) };
+    // SAFETY: the fired timepoint gave us the action (its submit link is
+    // free: an armed action is on no stack); the stack takes it.
+    shared.woken.push(unsafe { Handle::from_raw(action) });
     shared.request_issue();
 }
 
@@ -399,17 +401,17 @@ impl<B: Backend> QueueState<B> {
         let mut examined = 0;
         let mut panicked = FirstPanic::default();
         let mut woken = self.woken.take_all();
-        while let Some(action) = woken.pop_front() {
+        while let Some(action) = woken.pop_front().map(Handle::into_raw) {
             // SAFETY: a woken action was armed, hence in `waiting`.
             unsafe {
-                issuer.waiting.erase(action);
+                let _ = issuer.waiting.remove(action);
                 (*action.as_ptr()).armed = false;
             }
             examined += 1;
             panicked.run(|| self.handle(issuer, action, closed));
         }
         let mut new = self.incoming.take_all();
-        while let Some(action) = new.pop_front() {
+        while let Some(action) = new.pop_front().map(Handle::into_raw) {
             examined += 1;
             panicked.run(|| self.handle(issuer, action, closed));
         }
@@ -445,8 +447,11 @@ impl<B: Backend> QueueState<B> {
                 // which fails the action (see `Completion`'s `Drop`).
                 let _ = catch_unwind(AssertUnwindSafe(|| self.backend.issue(work)));
             }
-            // SAFETY: armed and ours to list.
-            Ok(Class::Waiting) => unsafe { issuer.waiting.push_back(action) },
+            // SAFETY: armed and ours to list, in no waiting list (taken
+            // out when woken, or new).
+            Ok(Class::Waiting) => issuer
+                .waiting
+                .push_back(unsafe { Handle::from_raw(action) }),
             // SAFETY: the issuer owns the action; the caller of the pass
             // holds a reference, so the state outlives this call.
             Ok(Class::Failed(e)) => unsafe { QueueState::finish(self.this, action, Err(e), false) },
@@ -517,7 +522,7 @@ impl<B: Backend> QueueState<B> {
             // SAFETY: armed on `sem` (the wait at the cursor).
             if unsafe { sem.cancel(NonNull::from(&a.timepoint)) } {
                 // SAFETY: linked in `waiting`; now ours.
-                unsafe { issuer.waiting.erase(action) };
+                let _ = unsafe { issuer.waiting.remove(action) };
                 // SAFETY: as in `handle`.
                 unsafe { QueueState::finish(self.this, action, Err(cancelled()), false) };
             }

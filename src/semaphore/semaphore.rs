@@ -25,7 +25,8 @@ use crossbeam_utils::CachePadded;
 use super::event_pool::AnyEvent;
 use super::timepoint::Timepoint;
 use crate::error::{Error, ErrorKind};
-use crate::list::DList;
+use crate::list::{DList, Handle};
+use crate::semaphore::timepoint::TimepointLink;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Arc, Mutex, MutexGuard};
 use crate::unwind::FirstPanic;
@@ -77,7 +78,7 @@ type Stale = [Option<AnyEvent>; DEVICE_SIGNALS];
 /// State guarded by the semaphore's lock.
 struct Waiters {
     /// Registered timepoints, ordered by value (ties in registration order).
-    list: DList<Timepoint>,
+    list: DList<TimepointLink>,
     /// Timepoints compared or unlinked so far (a cost counter for tests).
     examined: u64,
     /// Recorded device events and the value each brings the semaphore to.
@@ -388,9 +389,10 @@ impl Semaphore {
             // SAFETY: `node` is linked in this list.
             at = unsafe { waiters.list.prev(node) };
         }
-        // SAFETY: `tp` is ours to link (contract), `at` is linked here.
+        // SAFETY: `tp` is ours to link (contract: valid until it fires or
+        // is cancelled, and not registered anywhere), `at` is linked here.
         unsafe {
-            waiters.list.insert_after(at, tp);
+            waiters.list.insert_after(at, Handle::from_raw(tp));
             tp.as_ref().linked.with_mut(|l| *l = true);
         }
         Registration::Pending
@@ -414,7 +416,7 @@ impl Semaphore {
         }
         // SAFETY: linked in this semaphore's list (contract + flag).
         unsafe {
-            waiters.list.erase(tp);
+            let _ = waiters.list.remove(tp);
             tp.as_ref().linked.with_mut(|l| *l = false);
         }
         inner.waiting.store(waiters.list.len(), Ordering::Relaxed);
@@ -474,13 +476,14 @@ impl Inner {
                 if unsafe { node.as_ref() }.value() > current {
                     break;
                 }
-                waiters.list.pop_front();
-                // SAFETY: `node` was just unlinked; it stays valid until fired.
-                unsafe { fired.push_back(node) };
-                // SAFETY: as above; the flag is guarded by the lock we hold.
+                // SAFETY: valid until fired; the flag is guarded by the lock
+                // we hold.
                 unsafe { node.as_ref() }
                     .linked
                     .with_mut(|l| unsafe { *l = false });
+                // Moves from the semaphore's list to ours, still valid until
+                // fired.
+                fired.extend(waiters.list.pop_front());
             }
             self.waiting.store(waiters.list.len(), Ordering::Relaxed);
         }
@@ -491,7 +494,7 @@ impl Inner {
 /// Clears the `linked` flag of every node of `taken` (just unlinked from a
 /// semaphore's list). Must run under that semaphore's lock, so a `cancel`
 /// never sees a stale `true`.
-fn mark_unlinked(taken: &DList<Timepoint>) {
+fn mark_unlinked(taken: &DList<TimepointLink>) {
     for node in taken.iter() {
         // SAFETY: the nodes are valid until fired; the flag is guarded by the
         // lock our caller holds.
@@ -505,9 +508,9 @@ fn mark_unlinked(taken: &DList<Timepoint>) {
 /// held. A panicking callback does not keep the others from firing (a
 /// host waiter would wait forever for its node); the first panic goes on
 /// unwinding once every one has fired.
-fn fire_all(mut fired: DList<Timepoint>, result: Result<(), Error>) {
+fn fire_all(mut fired: DList<TimepointLink>, result: Result<(), Error>) {
     let mut panicked = FirstPanic::default();
-    while let Some(node) = fired.pop_front() {
+    while let Some(node) = fired.pop_front().map(Handle::into_raw) {
         // SAFETY: unlinked under the lock and now owned by us; popped from
         // our local list before the callback may free it.
         panicked.run(|| unsafe { Timepoint::fire(node, result.clone()) });

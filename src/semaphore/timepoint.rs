@@ -47,7 +47,11 @@ pub struct Timepoint {
     /// Block index when the timepoint came from a [`TimepointPool`].
     pool_index: u32,
 }
-crate::impl_linked!(Timepoint, links: DoubleLinks<Timepoint>);
+crate::link!(
+    /// A timepoint's place in its semaphore's list (or, once fired, in the
+    /// signaller's local list of callbacks to run).
+    pub(crate) TimepointLink: DoubleLinks<Timepoint> => links
+);
 
 // SAFETY: the raw context pointer is the owner's business (its callback
 // decides how it is used); everything else is plain data or guarded by the

@@ -10,11 +10,11 @@ use super::kind::{
     FinallyPayload, Nop, WaitState,
 };
 use super::scope::{Scope, ScopeInner};
-use super::task::Task;
+use super::task::{QueueLink, Task};
 use super::worker::{free_task, ExecutorState};
 use super::Tile;
 use crate::error::{Error, ErrorKind};
-use crate::list::SList;
+use crate::list::{Handle, SList};
 use crate::pool::{BlockCache, BlockPool};
 use crate::semaphore::{Semaphore, Timeout};
 
@@ -75,7 +75,7 @@ pub struct Graph<'e> {
     scope: Scope,
     id: u64,
     /// Every task created, through their `next` links.
-    tasks: SList<Task>,
+    tasks: SList<QueueLink>,
     count: u32,
     /// Task blocks for this graph, taken from the pool in batches.
     cache: BlockCache<&'e BlockPool>,
@@ -104,10 +104,11 @@ impl<'e> Graph<'e> {
         let task = task?;
         let seq = self.count;
         self.count += 1;
-        // SAFETY: just created, ours, in no list.
+        // SAFETY: just created, ours, in no list; it stays allocated until
+        // the graph submits or frees it.
         unsafe {
             task.as_ref().seq.set(seq);
-            self.tasks.push_back(task);
+            self.tasks.push_back(Handle::from_raw(task));
         }
         Ok(TaskId {
             task,
@@ -215,7 +216,7 @@ impl<'e> Graph<'e> {
                     unsafe { join.task.as_ref() }.unfinished.add_unshared();
                 }
                 // SAFETY: as above.
-                cursor = unsafe { crate::list::links_next(t) };
+                cursor = unsafe { crate::list::links_next::<QueueLink>(t) };
             }
         }
         Ok(())
@@ -227,10 +228,7 @@ impl<'e> Graph<'e> {
         let t = new_task(
             &mut self.cache,
             self.scope.as_ptr(),
-            BarrierPayload {
-                head: None,
-                tail: None,
-            },
+            BarrierPayload::default(),
         );
         self.adopt(t)
     }
@@ -344,12 +342,11 @@ impl<'e> Graph<'e> {
         // SAFETY: a barrier's payload is a `BarrierPayload`; the graph owns
         // the task and nothing else touches it before submission.
         let p = unsafe { &mut *Task::payload_ptr::<BarrierPayload>(barrier.task) };
-        match p.tail {
-            // SAFETY: `tail` is a task of this graph.
-            Some(tail) => unsafe { tail.as_ref() }.fork_next.set(Some(dependent.task)),
-            None => p.head = Some(dependent.task),
-        }
-        p.tail = Some(dependent.task);
+        // SAFETY: the graph owns the task, and `forked` says it is in no
+        // barrier's list yet; it stays allocated until the barrier retires
+        // (it cannot run before: the barrier counts toward it).
+        p.dependents
+            .push_back(unsafe { Handle::from_raw(dependent.task) });
         d.forked.set(true);
         d.unfinished.add_unshared();
         Ok(())
@@ -367,12 +364,11 @@ impl<'e> Graph<'e> {
         self.exec
             .live
             .fetch_add(self.count as usize, crate::sync::atomic::Ordering::Relaxed);
-        let mut ready = SList::new();
+        let mut ready = SList::<QueueLink>::new();
         while let Some(task) = self.tasks.pop_front() {
             // SAFETY: the graph owns the task until here.
-            if unsafe { task.as_ref() }.unfinished.get() == 0 {
-                // SAFETY: unlinked from `tasks` just above.
-                unsafe { ready.push_back(task) };
+            if unsafe { task.as_ptr().as_ref() }.unfinished.get() == 0 {
+                ready.push_back(task);
             }
         }
         self.exec.inject_list(ready);
@@ -396,7 +392,7 @@ impl Drop for Graph<'_> {
             // SAFETY: the graph owns its unsubmitted tasks. A capture whose
             // `Drop` panicked has no task to fail (nothing ran): the error
             // is dropped, and every other task is still freed.
-            let _ = unsafe { free_task(&mut self.cache, task) };
+            let _ = unsafe { free_task(&mut self.cache, task.into_raw()) };
         }
     }
 }

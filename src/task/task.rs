@@ -55,10 +55,10 @@ pub(crate) struct VTable {
 /// `unfinished` to zero makes it ready). Retiring frees the block.
 #[repr(C, align(64))]
 pub(crate) struct Task {
-    /// Queue link (injector, spill list).
+    /// [`QueueLink`]: the graph's task list, then the injector or a spill.
     pub(crate) next: SingleLinks<Task>,
-    /// Next dependent in the fork list of the barrier this task follows.
-    pub(crate) fork_next: Cell<Option<NonNull<Task>>>,
+    /// [`ForkLink`]: the dependents of the barrier this task follows.
+    pub(crate) fork_links: SingleLinks<Task>,
     /// The task this one counts toward (its join), if any.
     pub(crate) completion_task: Cell<Option<NonNull<Task>>>,
     /// Predecessors still running (+ a hold while the task itself runs and
@@ -93,7 +93,21 @@ pub(crate) struct TaskPtr(pub(crate) NonNull<Task>);
 // pointer moves that ownership.
 unsafe impl Send for TaskPtr {}
 
-crate::impl_linked!(Task, next: SingleLinks<Task>);
+crate::link!(
+    /// A task's place in its graph's task list, then in the injector or a
+    /// worker's spill (one at a time).
+    pub(crate) QueueLink: SingleLinks<Task> => next
+);
+crate::link!(
+    /// A task's place among the dependents of the barrier it follows
+    /// (from `Graph::fork` until the barrier retires).
+    pub(crate) ForkLink: SingleLinks<Task> => fork_links
+);
+
+// SAFETY: a task is owned by one thread at a time (see `Task`); the header
+// fields other threads touch meanwhile are atomics or written before the
+// hand-off that publishes them.
+unsafe impl Send for Task {}
 
 #[cfg(not(fenceline_loom))]
 static_assertions::const_assert_eq!(TASK_BLOCK, 256);

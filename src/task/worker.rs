@@ -27,12 +27,12 @@ use std::time::Instant;
 use super::deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_utils::CachePadded;
 
-use super::kind::WaitState;
+use super::kind::{WaitLink, WaitState};
 use super::scope::ScopeInner;
 use super::sleep::SleepState;
-use super::task::{Outcome, Task, TaskPtr, FLAG_CANCELLED, FLAG_FAILED};
+use super::task::{Outcome, QueueLink, Task, TaskPtr, FLAG_CANCELLED, FLAG_FAILED};
 use crate::error::{Error, ErrorKind};
-use crate::list::{DList, SList, TransferStack};
+use crate::list::{DList, Handle, SList, TransferStack};
 use crate::pool::{BlockCache, BlockPool, RawBlock};
 use crate::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use crate::sync::thread::Thread;
@@ -53,7 +53,7 @@ pub(crate) struct Slot {
 /// State shared by the executor handle, its workers and its tasks.
 pub(crate) struct ExecutorState {
     pub(crate) pool: BlockPool,
-    pub(crate) injector: TransferStack<Task>,
+    pub(crate) injector: TransferStack<QueueLink>,
     pub(crate) stealers: Box<[Stealer<TaskPtr>]>,
     pub(crate) slots: Box<[Slot]>,
     sleep: CachePadded<SleepState>,
@@ -61,7 +61,7 @@ pub(crate) struct ExecutorState {
     /// Tasks created and not yet retired (graphs not submitted included).
     pub(crate) live: AtomicUsize,
     /// Wait tasks parked on a timepoint, for timeouts and shutdown.
-    pub(crate) waits: Mutex<DList<WaitState>>,
+    pub(crate) waits: Mutex<DList<WaitLink>>,
     /// `waits.len()`, readable without the lock.
     pub(crate) suspended_waits: AtomicUsize,
     #[cfg_attr(fenceline_loom, allow(dead_code))]
@@ -104,19 +104,20 @@ impl ExecutorState {
         })
     }
 
-    pub(crate) fn lock_waits(&self) -> MutexGuard<'_, DList<WaitState>> {
+    pub(crate) fn lock_waits(&self) -> MutexGuard<'_, DList<WaitLink>> {
         self.waits.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Pushes a ready task from any thread and wakes a worker.
     pub(crate) fn inject(&self, task: NonNull<Task>) {
-        // SAFETY: the task is ready and ours to hand over.
-        unsafe { self.injector.push(task) };
+        // SAFETY: the task is ready and ours to hand over, in no queue; it
+        // stays allocated until it runs.
+        self.injector.push(unsafe { Handle::from_raw(task) });
         self.notify();
     }
 
     /// Pushes a whole ready list from any thread and wakes a worker.
-    pub(crate) fn inject_list(&self, list: SList<Task>) {
+    pub(crate) fn inject_list(&self, list: SList<QueueLink>) {
         if !list.is_empty() {
             self.injector.push_list(list);
             self.notify();
@@ -202,7 +203,7 @@ pub(crate) struct Worker {
     local: Deque<TaskPtr>,
     /// Ready tasks that did not fit the deque, collected during one step
     /// and published to the injector (one CAS) before the next task runs.
-    spill: SList<Task>,
+    spill: SList<QueueLink>,
     /// Tasks were pushed on the deque since the last `notify`: idle
     /// workers must hear of them before this worker runs anything.
     unannounced: bool,
@@ -242,8 +243,9 @@ impl Worker {
             self.local.push(TaskPtr(task));
             self.unannounced = true;
         } else {
-            // SAFETY: the task is ready and ours; not in any list.
-            unsafe { self.spill.push_back(task) };
+            // SAFETY: the task is ready and ours, in no queue; it stays
+            // allocated until it runs.
+            self.spill.push_back(unsafe { Handle::from_raw(task) });
         }
     }
 
@@ -270,12 +272,12 @@ impl Worker {
             return Some(t.0);
         }
         let mut taken = self.shared.injector.take_all();
-        if let Some(first) = taken.pop_front() {
+        if let Some(first) = taken.pop_front().map(Handle::into_raw) {
             // Keep what fits the deque (stealable there) and give the rest
             // back to the injector for the other workers.
             while self.local.len() < LOCAL_CAP {
                 match taken.pop_front() {
-                    Some(t) => self.local.push(TaskPtr(t)),
+                    Some(t) => self.local.push(TaskPtr(t.into_raw())),
                     None => break,
                 }
             }
@@ -441,7 +443,7 @@ impl Worker {
         }
         let shutdown = self.shared.shutdown.load(Ordering::Acquire);
         let now = Instant::now();
-        let mut ready = SList::new();
+        let mut ready = SList::<QueueLink>::new();
         {
             let mut waits = self.shared.lock_waits();
             let mut cursor = waits.front();
@@ -455,8 +457,9 @@ impl Worker {
                 }
                 // SAFETY: listed, hence alive and linked here.
                 if let Some(task) = unsafe { WaitState::expire(w, &mut waits, shutdown) } {
-                    // SAFETY: the expired wait's task is ours to requeue.
-                    unsafe { ready.push_back(task) };
+                    // SAFETY: the expired wait's task is ours to requeue, in
+                    // no queue.
+                    ready.push_back(unsafe { Handle::from_raw(task) });
                 }
             }
             self.shared
@@ -465,7 +468,7 @@ impl Worker {
         }
         let any = !ready.is_empty();
         while let Some(t) = ready.pop_front() {
-            self.push(t);
+            self.push(t.into_raw());
         }
         any
     }
@@ -541,13 +544,13 @@ impl Worker {
                 next = Some(c);
             }
         }
-        // SAFETY: barrier payloads list their dependents (see `kind::nop`).
-        let mut dependent = unsafe { super::kind::fork_head(task) };
-        while let Some(d) = dependent {
-            // SAFETY: dependents outlive the barrier; read the link before
-            // the dependent may run (and be freed).
+        // SAFETY: we own the finished task.
+        let mut dependents = unsafe { super::kind::take_dependents(task) };
+        // Popping unlinks a dependent before `finish_one` may let it run
+        // (and be freed).
+        while let Some(d) = dependents.pop_front().map(Handle::into_raw) {
+            // SAFETY: dependents outlive the barrier.
             let d_ref = unsafe { d.as_ref() };
-            dependent = d_ref.fork_next.get();
             if failed {
                 d_ref.mark_failed();
             }

@@ -24,8 +24,8 @@ pub use call::CallContext;
 pub(crate) use dispatch::{BoxedTileFn, DispatchPayload};
 pub(crate) use fence::FencePayload;
 pub(crate) use finally::FinallyPayload;
-pub(crate) use nop::{fork_head, BarrierPayload, Nop};
-pub(crate) use wait::WaitState;
+pub(crate) use nop::{take_dependents, BarrierPayload, Nop};
+pub(crate) use wait::{WaitLink, WaitState};
 
 /// A task kind: the payload type and what the worker does with it.
 pub(crate) trait Kind: Sized + 'static {
@@ -89,7 +89,7 @@ pub(crate) fn new_task<K: Kind, P: std::ops::Deref<Target = BlockPool>>(
     unsafe {
         let t = task.as_ptr();
         addr_of_mut!((*t).next).write(crate::list::SingleLinks::new());
-        addr_of_mut!((*t).fork_next).write(crate::sync::Cell::new(None));
+        addr_of_mut!((*t).fork_links).write(crate::list::SingleLinks::new());
         addr_of_mut!((*t).completion_task).write(crate::sync::Cell::new(None));
         addr_of_mut!((*t).unfinished).write(super::join_count::JoinCount::new(0));
         addr_of_mut!((*t).flags).write(crate::sync::atomic::AtomicU32::new(0));

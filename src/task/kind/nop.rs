@@ -3,7 +3,8 @@
 use std::ptr::NonNull;
 
 use super::Kind;
-use crate::task::task::{Outcome, Task};
+use crate::list::SList;
+use crate::task::task::{ForkLink, Outcome, Task};
 use crate::task::worker::Worker;
 
 /// A task that does nothing: a join point.
@@ -17,10 +18,10 @@ impl Kind for Nop {
     }
 }
 
-/// A barrier's payload: its dependents, linked by `fork_next`.
+/// A barrier's payload: its dependents, linked through their fork links.
+#[derive(Default)]
 pub(crate) struct BarrierPayload {
-    pub(crate) head: Option<NonNull<Task>>,
-    pub(crate) tail: Option<NonNull<Task>>,
+    pub(crate) dependents: SList<ForkLink>,
 }
 
 impl Kind for BarrierPayload {
@@ -32,17 +33,18 @@ impl Kind for BarrierPayload {
     }
 }
 
-/// The first fork dependent of `task` if it is a barrier.
+/// The fork dependents of `task` if it is a barrier (none otherwise),
+/// taken out of its payload.
 ///
 /// # Safety
-/// `task` is valid.
-pub(crate) unsafe fn fork_head(task: NonNull<Task>) -> Option<NonNull<Task>> {
-    // SAFETY: valid per contract.
-    let t = unsafe { task.as_ref() };
-    if t.vtable.forks {
-        // SAFETY: a barrier's payload is a `BarrierPayload`.
-        unsafe { t.payload::<BarrierPayload>() }.head
+/// The caller owns `task`, which has finished running.
+pub(crate) unsafe fn take_dependents(task: NonNull<Task>) -> SList<ForkLink> {
+    // SAFETY: owned per contract.
+    if unsafe { task.as_ref() }.vtable.forks {
+        // SAFETY: a barrier's payload is a `BarrierPayload`; the owner of
+        // a finished task is the only one touching it.
+        std::mem::take(unsafe { &mut (*Task::payload_ptr::<BarrierPayload>(task)).dependents })
     } else {
-        None
+        SList::new()
     }
 }

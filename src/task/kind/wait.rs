@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::Kind;
 use crate::error::{Error, ErrorKind};
-use crate::list::DoubleLinks;
+use crate::list::{DoubleLinks, Handle};
 use crate::semaphore::{Registration, Semaphore, Timepoint};
 use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
@@ -29,7 +29,10 @@ pub(crate) struct WaitState {
     /// In `shared.waits`; guarded by that lock.
     listed: crate::sync::Cell<bool>,
 }
-crate::impl_linked!(WaitState, links: DoubleLinks<WaitState>);
+crate::link!(
+    /// A suspended wait's place in the executor's list of parked waits.
+    pub(crate) WaitLink: DoubleLinks<WaitState> => links
+);
 
 impl WaitState {
     pub(crate) fn new(sem: Semaphore, value: u64, deadline: Option<Instant>) -> WaitState {
@@ -53,7 +56,7 @@ impl WaitState {
     /// `w` is linked in `waits` (the executor's list, locked).
     pub(crate) unsafe fn expire(
         w: NonNull<WaitState>,
-        waits: &mut crate::list::DList<WaitState>,
+        waits: &mut crate::list::DList<WaitLink>,
         shutdown: bool,
     ) -> Option<NonNull<Task>> {
         // SAFETY: listed, hence alive.
@@ -63,7 +66,7 @@ impl WaitState {
             return None;
         }
         // SAFETY: linked in `waits`.
-        unsafe { waits.erase(w) };
+        let _ = unsafe { waits.remove(w) };
         state.listed.set(false);
         if shutdown {
             // SAFETY: the task is suspended and now ours.
@@ -83,7 +86,7 @@ impl WaitState {
         let mut waits = exec.lock_waits();
         if self.listed.get() {
             // SAFETY: listed means linked in `waits`, whose lock we hold.
-            unsafe { waits.erase(NonNull::from(self)) };
+            let _ = unsafe { waits.remove(NonNull::from(self)) };
             self.listed.set(false);
         }
         exec.suspended_waits.store(waits.len(), Ordering::Release);
@@ -139,8 +142,9 @@ impl Kind for WaitState {
             {
                 let mut waits = worker.shared.lock_waits();
                 // SAFETY: the state lives in the suspended task's payload until
-                // the task is requeued, which unlists it first.
-                unsafe { waits.push_back(NonNull::from(&*state)) };
+                // the task is requeued, which unlists it first; `listed` is
+                // false (an unlisted state), so it is in no list.
+                waits.push_back(unsafe { Handle::from_raw(NonNull::from(&*state)) });
                 state.listed.set(true);
                 worker
                     .shared
