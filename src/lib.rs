@@ -48,6 +48,7 @@ pub mod pool;
 pub(crate) mod pool;
 pub mod queue;
 pub mod semaphore;
+mod small_box;
 mod sync;
 pub mod task;
 mod unwind;

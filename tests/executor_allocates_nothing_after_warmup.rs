@@ -1,6 +1,7 @@
 //! With a counting global allocator: after warm-up, 1000 rounds of a fork
 //! of 256 calls + join and a 4096-tile dispatch allocate nothing on any
-//! thread (the executor's workers included).
+//! thread (the executor's workers included); and a closure allocates
+//! (one box) exactly when it is larger than its kind's documented room.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,6 +14,9 @@ mod common;
 
 #[global_allocator]
 static GLOBAL: common::Counting = common::Counting;
+
+/// The allocation counter is process-wide: one test at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn round(exec: &Executor, scope: &Scope, sum: &Arc<AtomicU64>) {
     let mut g = exec.graph(scope);
@@ -52,6 +56,7 @@ fn round(exec: &Executor, scope: &Scope, sum: &Arc<AtomicU64>) {
 
 #[test]
 fn fork_join_and_dispatch_allocate_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let exec = Executor::new(ExecutorConfig {
         workers: 2,
         spin: true,
@@ -75,4 +80,80 @@ fn fork_join_and_dispatch_allocate_nothing() {
         "every task ran"
     );
     assert_eq!(allocations, 0, "1000 rounds allocated {allocations} times");
+}
+
+/// Allocations of 100 rounds of one task holding a `[u8; N]` capture,
+/// built by `add`, submitted and waited for (after 500 warm-up rounds).
+fn allocations_per_100<const N: usize>(
+    exec: &Executor,
+    scope: &Scope,
+    add: fn(&mut fenceline::task::Graph<'_>, [u8; N]),
+) -> usize {
+    let round = || {
+        let mut g = exec.graph(scope);
+        add(&mut g, [1; N]);
+        g.submit();
+        scope.wait_idle(Duration::from_secs(10)).unwrap();
+    };
+    for _ in 0..500 {
+        round();
+    }
+    let before = common::allocations();
+    for _ in 0..100 {
+        round();
+    }
+    common::allocations() - before
+}
+
+#[test]
+fn closures_allocate_only_past_their_documented_room() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    use fenceline::task::{CALL_INLINE_BYTES, DISPATCH_INLINE_BYTES, FINALLY_INLINE_BYTES};
+    let exec = Executor::new(ExecutorConfig {
+        workers: 2,
+        spin: true,
+    })
+    .unwrap();
+    let scope = Scope::new();
+    // A closure that only captures `bytes` is exactly `N` bytes.
+    macro_rules! kinds {
+        ($n:expr) => {
+            [
+                allocations_per_100::<{ $n(CALL_INLINE_BYTES) }>(&exec, &scope, |g, bytes| {
+                    g.call(move |_| {
+                        assert_eq!(bytes[0], 1);
+                        Ok(())
+                    })
+                    .unwrap();
+                }),
+                allocations_per_100::<{ $n(FINALLY_INLINE_BYTES) }>(&exec, &scope, |g, bytes| {
+                    g.finally(move |r| assert!(r.is_ok() && bytes[0] == 1))
+                        .unwrap();
+                }),
+                allocations_per_100::<{ $n(DISPATCH_INLINE_BYTES) }>(&exec, &scope, |g, bytes| {
+                    g.dispatch([4, 1, 1], move |_| {
+                        assert_eq!(bytes[0], 1);
+                        Ok(())
+                    })
+                    .unwrap();
+                }),
+            ]
+        };
+    }
+    const fn exact(room: usize) -> usize {
+        room
+    }
+    const fn one_more(room: usize) -> usize {
+        room + 1
+    }
+    assert_eq!(
+        kinds!(exact),
+        [0, 0, 0],
+        "call, finally, dispatch at their room"
+    );
+    assert_eq!(
+        kinds!(one_more),
+        [100, 100, 100],
+        "one byte more: one box per task"
+    );
 }

@@ -1,40 +1,51 @@
-//! `HostFn`: a `FnOnce` stored inline when small (no allocation), boxed
-//! otherwise.
+//! `HostFn`: a host call's `FnOnce`, type-erased, kept in a
+//! [`SmallBox`] (in place when small, boxed otherwise).
 
 use std::mem::{self, MaybeUninit};
 
 use crate::error::Error;
+use crate::small_box::SmallBox;
 
 /// Bytes of captured state a host call keeps without allocating.
 pub const HOST_CALL_INLINE_BYTES: usize = 48;
 
-#[repr(C, align(16))]
-struct Storage([MaybeUninit<u8>; HOST_CALL_INLINE_BYTES]);
+/// The closure's box, for whichever closure type `F`: every
+/// `SmallBox<F, HOST_CALL_INLINE_BYTES>` has this size and alignment.
+type Slot = MaybeUninit<SmallBox<(), HOST_CALL_INLINE_BYTES>>;
 
-/// Calls the closure stored at the pointer, moving it out.
-type CallFn = unsafe fn(*mut u8) -> Result<(), Error>;
+/// Moves the closure out of the slot and calls it.
+type CallFn = unsafe fn(*mut Slot) -> Result<(), Error>;
 
 /// A type-erased `FnOnce() -> Result<(), Error> + Send`.
 pub(crate) struct HostFn {
-    storage: Storage,
+    /// A `SmallBox<F, HOST_CALL_INLINE_BYTES>` for the `F` that `call` and
+    /// `drop` were made for.
+    slot: Slot,
     /// Calls (and consumes) the stored closure; `None` once called.
     call: Option<CallFn>,
     /// Drops the stored closure without calling it.
-    drop: unsafe fn(*mut u8),
+    drop: unsafe fn(*mut Slot),
 }
 
 // SAFETY: only built from `Send` closures.
 unsafe impl Send for HostFn {}
 
-unsafe fn call_inline<F: FnOnce() -> Result<(), Error>>(p: *mut u8) -> Result<(), Error> {
-    // SAFETY: `p` holds an `F`, read out once.
-    let f = unsafe { p.cast::<F>().read() };
-    f()
+/// # Safety
+/// `slot` holds a `SmallBox<F, _>`, moved out here.
+unsafe fn call_boxed<F: FnOnce() -> Result<(), Error>>(slot: *mut Slot) -> Result<(), Error> {
+    // SAFETY: per contract.
+    let f = unsafe { slot.cast::<SmallBox<F, HOST_CALL_INLINE_BYTES>>().read() };
+    (f.into_inner())()
 }
 
-unsafe fn drop_inline<F>(p: *mut u8) {
-    // SAFETY: `p` holds an `F`, dropped once.
-    unsafe { std::ptr::drop_in_place(p.cast::<F>()) }
+/// # Safety
+/// `slot` holds a `SmallBox<F, _>`, dropped here.
+unsafe fn drop_boxed<F>(slot: *mut Slot) {
+    // SAFETY: per contract.
+    unsafe {
+        slot.cast::<SmallBox<F, HOST_CALL_INLINE_BYTES>>()
+            .drop_in_place()
+    }
 }
 
 impl HostFn {
@@ -42,31 +53,25 @@ impl HostFn {
     where
         F: FnOnce() -> Result<(), Error> + Send + 'static,
     {
-        if mem::size_of::<F>() <= HOST_CALL_INLINE_BYTES && mem::align_of::<F>() <= 16 {
-            let mut storage = Storage([const { MaybeUninit::uninit() }; HOST_CALL_INLINE_BYTES]);
-            // SAFETY: the storage is large and aligned enough for `F`.
-            unsafe { storage.0.as_mut_ptr().cast::<F>().write(f) };
-            HostFn {
-                storage,
-                call: Some(call_inline::<F>),
-                drop: drop_inline::<F>,
-            }
-        } else {
-            type Boxed = Box<dyn FnOnce() -> Result<(), Error> + Send>;
-            let boxed: Boxed = Box::new(f);
-            HostFn::new_boxed(boxed)
-        }
-    }
-
-    fn new_boxed(f: Box<dyn FnOnce() -> Result<(), Error> + Send>) -> HostFn {
-        type Boxed = Box<dyn FnOnce() -> Result<(), Error> + Send>;
-        let mut storage = Storage([const { MaybeUninit::uninit() }; HOST_CALL_INLINE_BYTES]);
-        // SAFETY: a `Box<dyn ..>` (two words) fits the storage.
-        unsafe { storage.0.as_mut_ptr().cast::<Boxed>().write(f) };
+        const {
+            assert!(
+                mem::size_of::<SmallBox<F, HOST_CALL_INLINE_BYTES>>() == mem::size_of::<Slot>()
+            );
+            assert!(
+                mem::align_of::<SmallBox<F, HOST_CALL_INLINE_BYTES>>() == mem::align_of::<Slot>()
+            );
+        };
+        let mut slot = Slot::uninit();
+        // SAFETY: same size and alignment (asserted above).
+        unsafe {
+            slot.as_mut_ptr()
+                .cast::<SmallBox<F, HOST_CALL_INLINE_BYTES>>()
+                .write(SmallBox::new(f))
+        };
         HostFn {
-            storage,
-            call: Some(call_inline::<Boxed>),
-            drop: drop_inline::<Boxed>,
+            slot,
+            call: Some(call_boxed::<F>),
+            drop: drop_boxed::<F>,
         }
     }
 
@@ -78,9 +83,9 @@ impl HostFn {
                 "host call already ran",
             ));
         };
-        // SAFETY: the storage holds the closure `call` was made for; `call`
-        // moves it out, and `Drop` no longer drops it (`call` is `None`).
-        unsafe { call(self.storage.0.as_mut_ptr().cast()) }
+        // SAFETY: the slot holds the box `call` was made for; `call` moves
+        // it out, and `Drop` no longer drops it (`call` is `None`).
+        unsafe { call(&mut self.slot) }
     }
 }
 
@@ -88,7 +93,7 @@ impl Drop for HostFn {
     fn drop(&mut self) {
         if self.call.is_some() {
             // SAFETY: the closure was never called: drop it once.
-            unsafe { (self.drop)(self.storage.0.as_mut_ptr().cast()) };
+            unsafe { (self.drop)(&mut self.slot) };
         }
     }
 }

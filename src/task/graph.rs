@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::time::Instant;
 
 use super::kind::{
-    make_call, new_task, BarrierPayload, BoxedTileFn, CallContext, DispatchPayload, FencePayload,
+    make_call, new_task, BarrierPayload, CallContext, DispatchPayload, FencePayload,
     FinallyPayload, Nop, WaitState,
 };
 use super::scope::{Scope, ScopeInner};
@@ -137,8 +137,10 @@ impl<'e> Graph<'e> {
 
     /// A call of `f`. `f` may [`spawn`](CallContext::spawn) child calls;
     /// then it runs again after all of them (check
-    /// [`reentry`](CallContext::reentry)). A closure up to 176 bytes is
-    /// stored in the task block; a larger one is boxed (one allocation).
+    /// [`reentry`](CallContext::reentry)). A closure of up to
+    /// [`CALL_INLINE_BYTES`](super::CALL_INLINE_BYTES) bytes (192) and
+    /// alignment up to 16 is stored in the task block; a larger one is
+    /// boxed (one allocation).
     pub fn call<F>(&mut self, f: F) -> Result<TaskId, Error>
     where
         F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
@@ -159,27 +161,15 @@ impl<'e> Graph<'e> {
 
     /// A task that runs `f` once its predecessors are done, **even if one
     /// failed**: `f` gets `Ok(())`, or the scope's first error. (How a
-    /// device learns a submission's outcome.) The closure is stored in the
-    /// task block when it fits (176 bytes), boxed otherwise.
+    /// device learns a submission's outcome.) A closure of up to
+    /// [`FINALLY_INLINE_BYTES`](super::FINALLY_INLINE_BYTES) bytes (176)
+    /// and alignment up to 16 is stored in the task block; a larger one is
+    /// boxed (one allocation).
     pub fn finally<F>(&mut self, f: F) -> Result<TaskId, Error>
     where
         F: FnOnce(Result<(), Error>) + Send + 'static,
     {
-        let t = if Task::fits::<FinallyPayload<F>>() {
-            new_task(
-                &mut self.cache,
-                self.scope.as_ptr(),
-                FinallyPayload { f: Some(f) },
-            )
-        } else {
-            type Boxed = Box<dyn FnOnce(Result<(), Error>) + Send>;
-            let boxed: Boxed = Box::new(f);
-            new_task(
-                &mut self.cache,
-                self.scope.as_ptr(),
-                FinallyPayload { f: Some(boxed) },
-            )
-        };
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), FinallyPayload::new(f));
         self.adopt(t)
     }
 
@@ -268,6 +258,10 @@ impl<'e> Graph<'e> {
     /// shards on all workers that claim tiles through an atomic counter.
     /// A zero-sized grid completes at once. The first tile error stops the
     /// dispatch (tiles already claimed finish) and becomes the scope's.
+    /// A closure of up to
+    /// [`DISPATCH_INLINE_BYTES`](super::DISPATCH_INLINE_BYTES) bytes (144)
+    /// and alignment up to 16 is stored in the task block; a larger one is
+    /// boxed (one allocation). Either way each tile is one direct call.
     ///
     /// Errors: `InvalidArgument` if the grid's tile count overflows `u64`
     /// (nothing is added then); `ResourceExhausted` without task memory.
@@ -276,20 +270,11 @@ impl<'e> Graph<'e> {
         F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
     {
         let total = super::tile_count(grid)?;
-        let t = if super::task::Task::fits::<DispatchPayload<F>>() {
-            new_task(
-                &mut self.cache,
-                self.scope.as_ptr(),
-                DispatchPayload::new(grid, total, f),
-            )
-        } else {
-            let boxed: BoxedTileFn = Box::new(f);
-            new_task(
-                &mut self.cache,
-                self.scope.as_ptr(),
-                DispatchPayload::new(grid, total, boxed),
-            )
-        };
+        let t = new_task(
+            &mut self.cache,
+            self.scope.as_ptr(),
+            DispatchPayload::new(grid, total, f),
+        );
         self.adopt(t)
     }
 

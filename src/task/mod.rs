@@ -25,7 +25,7 @@ pub(crate) use worker::ExecutorState;
 
 pub use executor::{Executor, ExecutorConfig};
 pub use graph::{Graph, TaskId};
-pub use kind::CallContext;
+pub use kind::{CallContext, CALL_INLINE_BYTES, DISPATCH_INLINE_BYTES, FINALLY_INLINE_BYTES};
 pub use scope::Scope;
 
 /// The executor's lock-free counters, public (feature `testing`) only for

@@ -5,9 +5,10 @@ use std::ptr::NonNull;
 use super::{new_task, Kind};
 use crate::error::Error;
 use crate::pool::{BlockCache, BlockPool};
+use crate::small_box::SmallBox;
 use crate::sync::atomic::Ordering;
 use crate::task::scope::ScopeInner;
-use crate::task::task::{Outcome, Task};
+use crate::task::task::{Outcome, Task, PAYLOAD};
 use crate::task::worker::Worker;
 use crate::unwind::guarded;
 
@@ -54,11 +55,15 @@ impl CallContext<'_> {
     }
 }
 
-type CallFn = dyn FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send;
-
+/// A call's payload: its closure, in the task block when it fits there
+/// ([`CALL_INLINE_BYTES`]), boxed otherwise.
 struct CallPayload<F> {
-    f: F,
+    f: SmallBox<F, CALL_INLINE_BYTES>,
 }
+
+/// Bytes of captured state a call keeps in its task block: all of the
+/// payload.
+pub const CALL_INLINE_BYTES: usize = PAYLOAD;
 
 impl<F> Kind for CallPayload<F>
 where
@@ -81,7 +86,7 @@ where
         // SAFETY: the payload is a `CallPayload<F>`, touched only by the worker
         // running the task.
         let payload = unsafe { &mut *Task::payload_ptr::<CallPayload<F>>(task) };
-        let result = guarded(|| (payload.f)(&mut cx));
+        let result = guarded(|| (payload.f.get_mut())(&mut cx));
         if cx.children == 0 {
             return Outcome::Done(result);
         }
@@ -108,10 +113,11 @@ pub(crate) fn make_call<F, P: std::ops::Deref<Target = BlockPool>>(
 where
     F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
 {
-    if Task::fits::<CallPayload<F>>() {
-        new_task(cache, scope, CallPayload { f })
-    } else {
-        let boxed: Box<CallFn> = Box::new(f);
-        new_task(cache, scope, CallPayload { f: boxed })
-    }
+    new_task(
+        cache,
+        scope,
+        CallPayload {
+            f: SmallBox::new(f),
+        },
+    )
 }

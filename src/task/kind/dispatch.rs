@@ -6,29 +6,44 @@ use std::ptr::NonNull;
 
 use super::{new_task, Kind};
 use crate::error::Error;
+use crate::small_box::SmallBox;
 use crate::sync::atomic::{AtomicBool, Ordering};
-use crate::task::task::{Outcome, Task};
+use crate::task::task::{Outcome, Task, PAYLOAD};
 use crate::task::tile_counter::TileCounter;
 use crate::task::worker::Worker;
 use crate::task::Tile;
 use crate::unwind::guarded;
 
-/// A dispatch's payload: the tile closure, its grid and the tile counter.
+/// A dispatch's payload: the tile closure (in the task block when it fits
+/// there, [`DISPATCH_INLINE_BYTES`], boxed otherwise) and the grid.
+#[repr(C)]
 pub(crate) struct DispatchPayload<F> {
-    f: F,
-    grid: [u32; 3],
+    f: SmallBox<F, DISPATCH_INLINE_BYTES>,
+    grid: Grid,
+}
+
+/// What a dispatch's shards share besides the closure.
+#[repr(C)]
+struct Grid {
+    size: [u32; 3],
     tiles: TileCounter,
     stop: AtomicBool,
 }
+
+/// Bytes of captured state a dispatch keeps in its task block: the
+/// payload less the grid, rounded down to the closure's alignment unit.
+pub const DISPATCH_INLINE_BYTES: usize = (PAYLOAD - std::mem::size_of::<Grid>()) / 16 * 16;
 
 impl<F> DispatchPayload<F> {
     /// A dispatch of `f` over `grid`, of `total` tiles (`tile_count`).
     pub(crate) fn new(grid: [u32; 3], total: u64, f: F) -> Self {
         DispatchPayload {
-            f,
-            grid,
-            tiles: TileCounter::new(total, 1),
-            stop: AtomicBool::new(false),
+            f: SmallBox::new(f),
+            grid: Grid {
+                size: grid,
+                tiles: TileCounter::new(total, 1),
+                stop: AtomicBool::new(false),
+            },
         }
     }
 }
@@ -49,7 +64,7 @@ where
         // SAFETY: ours while running.
         let t = unsafe { task.as_ref() };
         // SAFETY: the payload is a `DispatchPayload<F>`.
-        let p = unsafe { &mut *Task::payload_ptr::<DispatchPayload<F>>(task) };
+        let p = unsafe { &mut (*Task::payload_ptr::<DispatchPayload<F>>(task)).grid };
         let total = p.tiles.total();
         if t.runs.get() > 1 || total == 0 {
             // Second run: every shard finished (a failed one marks us FLAG_FAILED
@@ -105,8 +120,10 @@ where
         // (alive) until every shard retired.
         let dispatch = unsafe { task.as_ref().payload::<ShardPayload<F>>() }.dispatch;
         // SAFETY: as above; shards only read it and use its atomics.
-        let p = unsafe { dispatch.as_ref().payload::<DispatchPayload<F>>() };
-        let [x, y, _] = p.grid;
+        let DispatchPayload { f, grid: p } =
+            unsafe { dispatch.as_ref().payload::<DispatchPayload<F>>() };
+        let f = f.get();
+        let [x, y, _] = p.size;
         let (x, y) = (u64::from(x), u64::from(y));
         loop {
             if p.stop.load(Ordering::Relaxed) {
@@ -123,16 +140,16 @@ where
                         (start / x % y) as u32,
                         (start / (x * y)) as u32,
                     ],
-                    workgroup_count: p.grid,
+                    workgroup_count: p.size,
                 };
                 for _ in start..end {
-                    (p.f)(&tile)?;
+                    f(&tile)?;
                     let id = &mut tile.workgroup_id;
                     id[0] += 1;
-                    if id[0] == p.grid[0] {
+                    if id[0] == p.size[0] {
                         id[0] = 0;
                         id[1] += 1;
-                        if id[1] == p.grid[1] {
+                        if id[1] == p.size[1] {
                             id[1] = 0;
                             id[2] += 1;
                         }
@@ -147,6 +164,3 @@ where
         }
     }
 }
-
-/// Dispatch closures too large for a task block are boxed.
-pub(crate) type BoxedTileFn = Box<dyn Fn(&Tile) -> Result<(), Error> + Send + Sync>;

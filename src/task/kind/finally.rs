@@ -4,13 +4,28 @@ use std::ptr::NonNull;
 
 use super::Kind;
 use crate::error::{Error, ErrorKind};
-use crate::task::task::{Outcome, Task};
+use crate::small_box::SmallBox;
+use crate::task::task::{Outcome, Task, PAYLOAD};
 use crate::task::worker::Worker;
 use crate::unwind::guarded;
 
-/// Runs whether or not its predecessors failed, and is told which.
+/// Runs whether or not its predecessors failed, and is told which. The
+/// closure is in the task block when it fits ([`FINALLY_INLINE_BYTES`]),
+/// boxed otherwise.
 pub(crate) struct FinallyPayload<F> {
-    pub(crate) f: Option<F>,
+    f: Option<SmallBox<F, FINALLY_INLINE_BYTES>>,
+}
+
+/// Bytes of captured state a `finally` keeps in its task block: the
+/// payload less the `Option`'s tag (one alignment unit).
+pub const FINALLY_INLINE_BYTES: usize = PAYLOAD - 16;
+
+impl<F> FinallyPayload<F> {
+    pub(crate) fn new(f: F) -> Self {
+        FinallyPayload {
+            f: Some(SmallBox::new(f)),
+        }
+    }
 }
 
 impl<F> Kind for FinallyPayload<F>
@@ -22,7 +37,7 @@ where
     unsafe fn run(task: NonNull<Task>, _worker: &mut Worker) -> Outcome {
         // SAFETY: the payload is a `FinallyPayload<F>`, ours while running.
         let p = unsafe { &mut *Task::payload_ptr::<FinallyPayload<F>>(task) };
-        if let Some(f) = p.f.take() {
+        if let Some(f) = p.f.take().map(SmallBox::into_inner) {
             Outcome::Done(guarded(|| {
                 f(Ok(()));
                 Ok(())
@@ -40,7 +55,7 @@ where
                 task.as_ref(),
             )
         };
-        if let Some(f) = p.f.take() {
+        if let Some(f) = p.f.take().map(SmallBox::into_inner) {
             // SAFETY: as above.
             let error = unsafe { t.scope.as_ref() }
                 .first_error()

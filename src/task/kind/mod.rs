@@ -20,10 +20,12 @@ use crate::error::Error;
 use crate::pool::{BlockCache, BlockPool};
 
 pub(crate) use call::make_call;
-pub use call::CallContext;
-pub(crate) use dispatch::{BoxedTileFn, DispatchPayload};
+pub use call::{CallContext, CALL_INLINE_BYTES};
+pub(crate) use dispatch::DispatchPayload;
+pub use dispatch::DISPATCH_INLINE_BYTES;
 pub(crate) use fence::FencePayload;
 pub(crate) use finally::FinallyPayload;
+pub use finally::FINALLY_INLINE_BYTES;
 pub(crate) use nop::{take_dependents, BarrierPayload, Nop};
 pub(crate) use wait::{WaitLink, WaitState};
 
