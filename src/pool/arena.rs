@@ -341,6 +341,18 @@ mod tests {
         Arena::new(Arc::new(pool)).unwrap()
     }
 
+    /// A pool of at most `blocks` blocks of `block_size` bytes, all in its
+    /// first chunk.
+    fn capped_pool(block_size: usize, blocks: u32) -> Arc<BlockPool> {
+        let config = BlockPoolConfig {
+            block_size,
+            align: 16,
+            first_chunk_blocks: blocks,
+            max_blocks: Some(blocks),
+        };
+        Arc::new(BlockPool::with_config(config).unwrap())
+    }
+
     fn addr(p: NonNull<u8>) -> usize {
         p.as_ptr() as usize
     }
@@ -446,15 +458,7 @@ mod tests {
 
     #[test]
     fn reset_returns_blocks_and_reuses_them() {
-        let pool = Arc::new(
-            BlockPool::with_config(BlockPoolConfig {
-                block_size: 128,
-                align: 16,
-                first_chunk_blocks: 8,
-                max_blocks: Some(8),
-            })
-            .unwrap(),
-        );
+        let pool = capped_pool(128, 8);
         let mut a = Arena::new(pool.clone()).unwrap();
         for round in 0..50u32 {
             for i in 0..8u32 {
@@ -478,15 +482,7 @@ mod tests {
 
     #[test]
     fn pool_exhaustion_is_an_error_not_a_panic() {
-        let pool = Arc::new(
-            BlockPool::with_config(BlockPoolConfig {
-                block_size: 64,
-                align: 16,
-                first_chunk_blocks: 1,
-                max_blocks: Some(1),
-            })
-            .unwrap(),
-        );
+        let pool = capped_pool(64, 1);
         let a = Arena::new(pool).unwrap();
         a.alloc_copy(&[0u8; 40]).unwrap();
         let e = a.alloc_copy(&[0u8; 40]).unwrap_err();
