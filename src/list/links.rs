@@ -251,6 +251,9 @@ pub(crate) unsafe fn set_double_prev<L: DoubleLink>(
 /// let ids: Vec<u32> = list.iter().map(|n| unsafe { n.as_ref() }.id).collect();
 /// assert_eq!(ids, [1, 2]);
 /// ```
+// Exported so the `testing` feature's users can name links; hidden without
+// it, as the list module is.
+#[cfg_attr(not(feature = "testing"), doc(hidden))]
 #[macro_export]
 macro_rules! link {
     ($(#[$meta:meta])* $vis:vis $name:ident : SingleLinks<$node:ty> => $field:ident) => {
