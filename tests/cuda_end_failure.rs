@@ -1,5 +1,5 @@
 //! A CUDA command buffer whose `end` fails (the graph cannot be built)
-//! stays recording exactly as it was: a trailing barrier is kept, and an
+//! stays recording exactly as it was: a pending barrier is kept, and an
 //! empty buffer can still record. Simulator only (it injects a sticky
 //! fault, which lasts for the process: hence its own binary).
 #![cfg(feature = "cuda")]
@@ -10,11 +10,11 @@ use fenceline::{CudaConfig, ErrorKind};
 #[path = "common/cuda.rs"]
 mod cuda;
 
-// Fails without the restore in `CommandBuffer::end` (mutation checked:
-// `end` dropping the empty trailing stage before building the graph, as
-// it did): the trailing buffer reports 1 stage after the failed `end`,
-// and the empty one's next `fill` is `Internal` ("command buffer has no
-// stage").
+// Fails if `end` changes the recording before the graph is built
+// (mutation checked: marking it ended first makes the `fill` after the
+// failed `end` a `FailedPrecondition`), or if the failed `end` loses the
+// pending barrier (the `fill` after it would join the first stage:
+// "stages: 1").
 #[test]
 fn a_failed_end_leaves_the_recording_as_it_was() {
     if !cuda::is_sim() {
@@ -27,7 +27,7 @@ fn a_failed_end_leaves_the_recording_as_it_was() {
     trailing.fill(&buf, 0, 64, &[1]).unwrap();
     trailing.barrier().unwrap();
     assert!(
-        format!("{trailing:?}").contains("stages: 2"),
+        format!("{trailing:?}").contains("stages: 1"),
         "{trailing:?}"
     );
     let mut empty = d.command_buffer().unwrap();
@@ -36,7 +36,7 @@ fn a_failed_end_leaves_the_recording_as_it_was() {
     let e = trailing.end().unwrap_err();
     assert_ne!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
     assert!(
-        format!("{trailing:?}").contains("stages: 2"),
+        format!("{trailing:?}").contains("stages: 1"),
         "{trailing:?}"
     );
     assert!(
@@ -45,7 +45,7 @@ fn a_failed_end_leaves_the_recording_as_it_was() {
     );
     assert!(empty.end().is_err());
 
-    // Both still record where they were.
+    // Both still record where they were: after the barrier, a new stage.
     trailing.fill(&buf, 0, 64, &[2]).unwrap();
     assert!(
         format!("{trailing:?}").contains("stages: 2"),

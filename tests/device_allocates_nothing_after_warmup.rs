@@ -103,3 +103,104 @@ fn host_calls_allocate_only_past_their_documented_room() {
         "one byte more: one box per call"
     );
 }
+
+/// Records one frame's work into `cb` (fill, update, copy, barrier, a
+/// 64-tile dispatch), ends it and executes it, signalling `done` to
+/// `frame` once frame `frame - 1` signalled it.
+fn record_frame(
+    cb: &mut fenceline::CommandBuffer,
+    queue: &fenceline::Queue,
+    bufs: &[fenceline::Buffer; 2],
+    done: &Semaphore,
+    frame: u64,
+    sum: &Arc<AtomicU64>,
+) {
+    let f = frame as u8;
+    cb.fill(&bufs[0], 0, 64, &[f]).unwrap();
+    cb.update(&[f; 16], &bufs[1], 32).unwrap();
+    cb.copy(&bufs[0], 0, &bufs[1], 0, 32).unwrap();
+    cb.barrier().unwrap();
+    let s = sum.clone();
+    cb.dispatch([8, 8, 1], move |t: &Tile| {
+        s.fetch_add(u64::from(t.workgroup_id[1]), Ordering::Relaxed);
+        Ok(())
+    })
+    .unwrap();
+    cb.end().unwrap();
+    // After the previous frame: a queue orders nothing by itself.
+    queue
+        .execute(&[(done, frame - 1)], &[(done, frame)], &[cb])
+        .unwrap();
+}
+
+/// Allocations of `frames` frames after as many warm-up ones; `fresh`
+/// records each frame into a new command buffer, otherwise one command
+/// buffer is reset and re-recorded. At most 8 frames are in flight.
+fn frames_allocations(fresh: bool, one_shot: bool, frames: u64) -> usize {
+    let device = Device::cpu_with(CpuConfig {
+        workers: 2,
+        queues: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let queue = device.queue(0).unwrap();
+    let bufs = [device.buffer(64).unwrap(), device.buffer(64).unwrap()];
+    let done = Semaphore::new(0);
+    let sum = Arc::new(AtomicU64::new(0));
+    let new_cb = || {
+        if one_shot {
+            device.command_buffer_one_shot().unwrap()
+        } else {
+            device.command_buffer().unwrap()
+        }
+    };
+    let mut reused = new_cb();
+    let mut run = |from: u64, to: u64| {
+        for frame in from..to {
+            if fresh {
+                let mut cb = new_cb();
+                record_frame(&mut cb, &queue, &bufs, &done, frame, &sum);
+            } else {
+                reused.reset().unwrap();
+                record_frame(&mut reused, &queue, &bufs, &done, frame, &sum);
+            }
+            if frame % 8 == 7 {
+                done.wait(frame, Duration::from_secs(10)).unwrap();
+            }
+        }
+        done.wait(to - 1, Duration::from_secs(10)).unwrap();
+    };
+    run(1, frames + 1);
+    let before = common::allocations();
+    run(frames + 1, 2 * frames + 1);
+    let allocations = common::allocations() - before;
+    assert_eq!(
+        sum.load(Ordering::Relaxed),
+        2 * frames * 8 * 28,
+        "every tile ran"
+    );
+    let mut out = [0u8; 64];
+    bufs[1].read(0, &mut out).unwrap();
+    let last = (2 * frames) as u8;
+    assert_eq!(out[..48], [last; 48], "the last frame's copy and update");
+    allocations
+}
+
+#[test]
+fn fresh_recordings_every_frame_allocate_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for one_shot in [false, true] {
+        let n = frames_allocations(true, one_shot, 10_000);
+        assert_eq!(
+            n, 0,
+            "10k fresh frames (one-shot {one_shot}) allocated {n} times"
+        );
+    }
+}
+
+#[test]
+fn reset_and_rerecord_every_frame_allocates_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let n = frames_allocations(false, false, 10_000);
+    assert_eq!(n, 0, "10k reset frames allocated {n} times");
+}

@@ -346,10 +346,21 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
             nodes,
             running: Mutex::new(()),
         }));
+        INSTANTIATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: writable by this fn's contract.
         unsafe { out.write(handle(id)) };
         Ok(())
     })
+}
+
+/// Graphs instantiated so far (a test checks that a one-shot command
+/// buffer instantiates none).
+static INSTANTIATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many graphs were instantiated since the library was loaded.
+#[no_mangle]
+pub extern "C" fn fenceline_sim_graph_instantiations() -> u64 {
+    INSTANTIATIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Destroys an executable graph (launches already queued still run).

@@ -1,8 +1,10 @@
-//! `CommandBuffer`: records fill / update / copy / dispatch / barrier once;
-//! on the CPU device every submission runs the recording as a task DAG on
-//! the executor, built in pool memory (no re-recording, no allocation); on
-//! the CUDA device `end` builds one CUDA graph that every submission
-//! launches.
+//! `CommandBuffer`: records fill / update / copy / dispatch / barrier into
+//! a recording its device recycles (see `recording`); on the CPU device
+//! every submission runs the recording as a task DAG on the executor,
+//! built in pool memory (no re-recording, no allocation); on the CUDA
+//! device `end` builds one CUDA graph that every submission launches, or,
+//! for a one-shot command buffer, each submission issues the commands on
+//! the stream directly.
 //!
 //! Commands between two barriers run in parallel; a barrier makes
 //! everything after it wait for everything before it. Crossing a barrier
@@ -10,135 +12,31 @@
 //! predecessors join on it directly); a barrier task forks only to several.
 
 use std::fmt;
-use std::sync::Arc;
 
+use super::recording::{Command, RecordingPool, RecordingRef, Target};
 use super::Buffer;
 use crate::error::{Error, ErrorKind};
+use crate::sync::Arc;
 use crate::task::Tile;
-
-/// A dispatch closure, shared by every submission of the recording.
-pub(crate) type TileFn = Arc<dyn Fn(&Tile) -> Result<(), Error> + Send + Sync>;
-
-pub(crate) enum Command {
-    Fill {
-        buffer: Buffer,
-        offset: usize,
-        len: usize,
-        pattern: [u8; 4],
-        pattern_len: usize,
-    },
-    Update {
-        buffer: Buffer,
-        offset: usize,
-        data: Box<[u8]>,
-    },
-    Copy {
-        src: Buffer,
-        src_offset: usize,
-        dst: Buffer,
-        dst_offset: usize,
-        len: usize,
-    },
-    Dispatch {
-        grid: [u32; 3],
-        f: TileFn,
-    },
-    #[cfg(feature = "cuda")]
-    Launch(super::cuda::Launch),
-}
-
-/// The device a command buffer records for.
-#[derive(Clone)]
-pub(crate) enum Target {
-    Cpu,
-    #[cfg(feature = "cuda")]
-    Cuda(Arc<super::cuda::CudaShared>),
-}
-
-impl Command {
-    /// Runs a non-dispatch command.
-    pub(crate) fn run(&self) -> Result<(), Error> {
-        match self {
-            Command::Fill {
-                buffer,
-                offset,
-                len,
-                pattern,
-                pattern_len,
-            } => buffer.fill(*offset, *len, &pattern[..*pattern_len]),
-            Command::Update {
-                buffer,
-                offset,
-                data,
-            } => buffer.write(*offset, data),
-            Command::Copy {
-                src,
-                src_offset,
-                dst,
-                dst_offset,
-                len,
-            } => src.copy_to(*src_offset, dst, *dst_offset, *len),
-            Command::Dispatch { .. } => Err(Error::new(
-                ErrorKind::Internal,
-                "a dispatch runs as a dispatch task",
-            )),
-            #[cfg(feature = "cuda")]
-            Command::Launch(_) => Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                "a CUDA kernel cannot run on the CPU device",
-            )),
-        }
-    }
-
-    /// A command that moves no bytes (skipped by the CUDA graph).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn is_empty_op(&self) -> bool {
-        match self {
-            Command::Fill { len, .. } | Command::Copy { len, .. } => *len == 0,
-            Command::Update { data, .. } => data.is_empty(),
-            _ => false,
-        }
-    }
-}
-
-/// An ended recording: stages of commands separated by barriers.
-pub(crate) struct Recording {
-    /// For a CUDA recording: its context and graph (`None`: no command).
-    /// Declared first: the graph is destroyed before the buffers it uses.
-    #[cfg(feature = "cuda")]
-    cuda: Option<(
-        Arc<super::cuda::driver::Context>,
-        Option<super::cuda::graph::CudaGraph>,
-    )>,
-    pub(crate) stages: Vec<Vec<Command>>,
-}
-
-impl Recording {
-    /// Whether it was recorded for the CPU device.
-    pub(crate) fn is_cpu(&self) -> bool {
-        #[cfg(feature = "cuda")]
-        if self.cuda.is_some() {
-            return false;
-        }
-        true
-    }
-
-    /// Whether it was recorded for the CUDA device of `ctx`.
-    #[cfg(feature = "cuda")]
-    pub(crate) fn is_for(&self, ctx: &Arc<super::cuda::driver::Context>) -> bool {
-        matches!(&self.cuda, Some((c, _)) if Arc::ptr_eq(c, ctx))
-    }
-
-    /// The graph every submission launches (CUDA recordings).
-    #[cfg(feature = "cuda")]
-    pub(crate) fn cuda_graph(&self) -> Option<&super::cuda::graph::CudaGraph> {
-        self.cuda.as_ref().and_then(|(_, g)| g.as_ref())
-    }
-}
 
 /// Records work for a device's queues. `Send`; ended with
 /// [`end`](Self::end), then submittable any number of times (also while an
-/// earlier submission still runs).
+/// earlier submission still runs); [`reset`](Self::reset) starts over.
+///
+/// # Memory
+///
+/// Commands, `update` bytes, dispatch closures and kernel parameters are
+/// stored in the command buffer's recording: an arena that its device
+/// recycles. Once warm, making, recording, ending, submitting and dropping
+/// a command buffer allocates nothing. Exactly when it does allocate:
+///
+/// - a recording that needs more bytes than its arena holds (a new one
+///   holds [`RECORDING_INITIAL_BYTES`](super::RECORDING_INITIAL_BYTES))
+///   allocates one more chunk, which it keeps: recording that much again
+///   (after a reset, or in a recycled recording) allocates nothing;
+/// - a command buffer made while every recording of the device is still
+///   in use (recording, or held by submissions in flight) allocates a new
+///   recording, which the device keeps once it is released.
 ///
 /// ```
 /// use std::time::Duration;
@@ -159,36 +57,29 @@ impl Recording {
 /// # Ok::<(), fenceline::Error>(())
 /// ```
 pub struct CommandBuffer {
-    target: Target,
-    stages: Vec<Vec<Command>>,
-    ended: Option<Arc<Recording>>,
+    recording: RecordingRef,
 }
 
 impl fmt::Debug for CommandBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let stages = match &self.ended {
-            Some(recording) => recording.stages.len(),
-            None => self.stages.len(),
-        };
         f.debug_struct("CommandBuffer")
-            .field("ended", &self.ended.is_some())
-            .field("stages", &stages)
+            .field("ended", &self.recording.is_ended())
+            .field("one_shot", &self.recording.is_one_shot())
+            .field("stages", &self.recording.stage_count())
             .finish()
     }
 }
 
 impl CommandBuffer {
-    pub(crate) fn new(target: Target) -> CommandBuffer {
-        CommandBuffer {
-            target,
-            stages: vec![Vec::new()],
-            ended: None,
-        }
+    pub(crate) fn new(pool: &Arc<RecordingPool>, one_shot: bool) -> Result<CommandBuffer, Error> {
+        Ok(CommandBuffer {
+            recording: pool.take(one_shot)?,
+        })
     }
 
     /// Checks that `buffer` is memory of this command buffer's device.
     fn check_buffer(&self, buffer: &Buffer) -> Result<(), Error> {
-        let ok = match &self.target {
+        let ok = match &self.recording.pool().target {
             Target::Cpu => buffer.host().is_some(),
             #[cfg(feature = "cuda")]
             Target::Cuda(shared) => buffer.on_context(&shared.ctx),
@@ -203,20 +94,27 @@ impl CommandBuffer {
         }
     }
 
-    fn recording(&mut self) -> Result<&mut Vec<Command>, Error> {
-        if self.ended.is_some() {
+    /// Records `command` (dropped, with nothing recorded, on an error).
+    fn record(&mut self, command: Command) -> Result<(), Error> {
+        let recording = self.recording_mut()?;
+        recording.push(command)
+    }
+
+    /// The recording, while it is still recording.
+    fn recording_mut(&mut self) -> Result<&mut super::recording::Recording, Error> {
+        if self.recording.is_ended() {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
-                "command buffer already ended: record into a new one",
+                "command buffer already ended: reset it, or record into a new one",
             ));
         }
-        match self.stages.last_mut() {
-            Some(stage) => Ok(stage),
-            None => Err(Error::new(
-                ErrorKind::Internal,
-                "command buffer has no stage",
-            )),
-        }
+        debug_assert!(
+            self.recording.is_unique(),
+            "only an ended recording is submitted"
+        );
+        // SAFETY: not ended, so never submitted since it was taken or reset:
+        // this command buffer holds the only reference, borrowed mutably.
+        Ok(unsafe { self.recording.get_mut() })
     }
 
     /// Fills `len` bytes at `offset` with `pattern` (1, 2 or 4 bytes,
@@ -279,15 +177,13 @@ impl CommandBuffer {
         self.check_buffer(buffer)?;
         let mut p = [0u8; 4];
         p[..plen].copy_from_slice(pattern);
-        let buffer = buffer.clone();
-        self.recording()?.push(Command::Fill {
-            buffer,
+        self.record(Command::Fill {
+            buffer: buffer.clone(),
             offset,
             len,
             pattern: p,
             pattern_len: plen,
-        });
-        Ok(())
+        })
     }
 
     /// Writes `data` at `offset` when it runs; `data` is copied now.
@@ -328,13 +224,13 @@ impl CommandBuffer {
     pub fn update(&mut self, data: &[u8], buffer: &Buffer, offset: usize) -> Result<(), Error> {
         buffer.range(offset, data.len())?;
         self.check_buffer(buffer)?;
-        let buffer = buffer.clone();
-        self.recording()?.push(Command::Update {
-            buffer,
+        let recording = self.recording_mut()?;
+        let data = recording.alloc_slice(data.len(), |i| Ok(data[i]))?;
+        self.record(Command::Update {
+            buffer: buffer.clone(),
             offset,
-            data: data.into(),
-        });
-        Ok(())
+            data,
+        })
     }
 
     /// Copies `len` bytes. Ranges must be in bounds; overlapping ranges of
@@ -392,15 +288,13 @@ impl CommandBuffer {
         }
         self.check_buffer(src)?;
         self.check_buffer(dst)?;
-        let (src, dst) = (src.clone(), dst.clone());
-        self.recording()?.push(Command::Copy {
-            src,
+        self.record(Command::Copy {
+            src: src.clone(),
             src_offset,
-            dst,
+            dst: dst.clone(),
             dst_offset,
             len,
-        });
-        Ok(())
+        })
     }
 
     /// Runs `f` over every tile of `grid`, in parallel on the workers.
@@ -447,16 +341,19 @@ impl CommandBuffer {
         F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
     {
         #[cfg(feature = "cuda")]
-        if let Target::Cuda(_) = self.target {
+        if let Target::Cuda(_) = self.recording.pool().target {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
                 "dispatch of a CPU closure recorded for a CUDA device: record a kernel launch",
             ));
         }
         crate::task::tile_count(grid)?;
-        let f: TileFn = Arc::new(f);
-        self.recording()?.push(Command::Dispatch { grid, f });
-        Ok(())
+        let f = self.recording_mut()?.alloc(f)?;
+        let run: super::recording::RunTiles = super::recording::run_tiles_of::<F>;
+        // An unsized coercion of the pointer: the closure stays in the
+        // recording's arena, owned by the command.
+        let f: std::ptr::NonNull<super::recording::TileFn> = f;
+        self.record(Command::Dispatch { grid, f, run })
     }
 
     /// Launches `kernel` over `grid` blocks of `block` threads with
@@ -475,21 +372,21 @@ impl CommandBuffer {
         shared_mem: u32,
         args: &[super::KernelArg<'_>],
     ) -> Result<(), Error> {
-        let Target::Cuda(shared) = &self.target else {
+        let Target::Cuda(shared) = &self.recording.pool().target else {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
                 "kernel launch recorded for the CPU device: record a dispatch",
             ));
         };
-        let launch = super::cuda::Launch::new(kernel, grid, block, shared_mem, args)?;
-        if !Arc::ptr_eq(launch.context(), &shared.ctx) {
+        if !std::sync::Arc::ptr_eq(kernel.context(), &shared.ctx) {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 "kernel belongs to another device than the command buffer",
             ));
         }
-        self.recording()?.push(Command::Launch(launch));
-        Ok(())
+        let recording = self.recording_mut()?;
+        let launch = super::cuda::Launch::new(recording, kernel, grid, block, shared_mem, args)?;
+        self.record(Command::Launch(launch))
     }
 
     /// Everything recorded after waits for everything recorded before.
@@ -522,10 +419,7 @@ impl CommandBuffer {
     /// # Ok::<(), fenceline::Error>(())
     /// ```
     pub fn barrier(&mut self) -> Result<(), Error> {
-        let stage = self.recording()?;
-        if !stage.is_empty() {
-            self.stages.push(Vec::new());
-        }
+        self.recording_mut()?.barrier();
         Ok(())
     }
 
@@ -562,48 +456,82 @@ impl CommandBuffer {
     /// # Ok::<(), fenceline::Error>(())
     /// ```
     pub fn end(&mut self) -> Result<(), Error> {
-        self.recording()?;
-        // Only the last stage can be empty (`barrier` opens a stage only
-        // after a non-empty one): a trailing barrier, or nothing recorded.
-        let trailing_barrier = self.stages.last().is_some_and(|s| s.is_empty());
-        if trailing_barrier {
-            self.stages.pop();
-        }
-        debug_assert!(self.stages.iter().all(|s| !s.is_empty()));
+        let recording = self.recording_mut()?;
         #[cfg(feature = "cuda")]
-        let cuda = match &self.target {
-            Target::Cpu => None,
-            Target::Cuda(shared) => {
-                match super::cuda::graph::build(&shared.ctx, &shared.pinned, &self.stages) {
-                    Ok(graph) => Some((shared.ctx.clone(), graph)),
-                    Err(e) => {
-                        // Still recording, exactly as before the call.
-                        if trailing_barrier {
-                            self.stages.push(Vec::new());
-                        }
-                        return Err(e);
-                    }
-                }
+        if let Target::Cuda(shared) = &recording.pool().target {
+            if !recording.is_one_shot() {
+                // On failure: still recording, exactly as before the call.
+                let graph = super::cuda::graph::build(&shared.ctx, &shared.pinned, recording)?;
+                recording.graph = graph;
             }
-        };
-        let mut stages = std::mem::take(&mut self.stages);
-        stages.shrink_to_fit();
-        self.ended = Some(Arc::new(Recording {
-            #[cfg(feature = "cuda")]
-            cuda,
-            stages,
-        }));
+        }
+        recording.set_ended();
+        Ok(())
+    }
+
+    /// Starts a new recording, keeping the memory: the command buffer is
+    /// recording again, empty, as if just made (and one-shot if it was).
+    ///
+    /// Submissions of the old recording still in flight are unaffected:
+    /// they hold it until they complete, and it is recycled then. Only
+    /// when none is in flight does the command buffer reuse its own
+    /// recording in place; otherwise it takes another from its device
+    /// (once warm, a released one: no allocation either way). The old
+    /// recording's captures (dispatch closures, buffers) are dropped when
+    /// its last submission completes.
+    ///
+    /// # Errors
+    ///
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if a new
+    ///   recording is needed and its memory cannot be had; the command
+    ///   buffer is then unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let (queue, buf) = (device.queue(0)?, device.buffer(4)?);
+    /// let (go, done) = (Semaphore::new(0), Semaphore::new(0));
+    /// let mut cb = device.command_buffer()?;
+    /// cb.fill(&buf, 0, 4, &[1])?;
+    /// cb.end()?;
+    /// queue.execute(&[(&go, 1)], &[(&done, 1)], &[&cb])?; // waits for `go`
+    /// cb.reset()?; // the submission above keeps the old recording
+    /// cb.fill(&buf, 0, 4, &[2])?;
+    /// cb.end()?;
+    /// queue.execute(&[(&done, 1)], &[(&done, 2)], &[&cb])?;
+    /// go.signal(1)?;
+    /// done.wait(2, Duration::from_secs(5))?;
+    /// let mut out = [0; 4];
+    /// buf.read(0, &mut out)?;
+    /// assert_eq!(out, [2; 4]); // the fill of 1, then the fill of 2
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn reset(&mut self) -> Result<(), Error> {
+        if self.recording.is_unique() {
+            // SAFETY: the only reference, borrowed mutably.
+            let panicked = unsafe { self.recording.get_mut() }.reset();
+            panicked.resume();
+        } else {
+            let fresh = self.recording.pool().take(self.recording.is_one_shot())?;
+            self.recording = fresh;
+        }
         Ok(())
     }
 
     /// The ended recording, for submission.
-    pub(crate) fn recording_for_submit(&self) -> Result<&Arc<Recording>, Error> {
-        self.ended.as_ref().ok_or_else(|| {
-            Error::new(
+    pub(crate) fn recording_for_submit(&self) -> Result<&RecordingRef, Error> {
+        if self.recording.is_ended() {
+            Ok(&self.recording)
+        } else {
+            Err(Error::new(
                 ErrorKind::FailedPrecondition,
                 "command buffer submitted before end()",
-            )
-        })
+            ))
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::teardown::QueueToken;
 use super::Work;
-use crate::device::command_buffer::Command;
+use crate::device::recording::{Command, RunTiles};
 use crate::error::Error;
 use crate::queue::{Backend, Completion};
 use crate::sync::{Arc, Mutex};
@@ -12,16 +12,22 @@ use crate::task::{ExecutorState, Graph, Scope, TaskId};
 /// Command buffers one `execute` keeps without allocating.
 pub const EXECUTE_INLINE_COMMAND_BUFFERS: usize = 4;
 
-/// A command of a recording, handed to a task (valid while the submission
-/// holds the recording, which outlives its tasks: the `finally` task that
-/// completes the submission holds it and runs last).
-#[derive(Clone, Copy)]
-struct CommandRef(*const Command);
+/// A command of a recording, or a dispatch's closure, handed to a task
+/// (valid while the submission holds the recording, which outlives its
+/// tasks: the `finally` task that completes the submission holds it and
+/// runs last).
+struct Recorded<T: ?Sized>(*const T);
+impl<T: ?Sized> Clone for Recorded<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ?Sized> Copy for Recorded<T> {}
 // SAFETY: commands are immutable once recorded and `Sync` in content
-// (buffers are atomics, closures are `Sync`).
-unsafe impl Send for CommandRef {}
+// (buffers are atomics, closures are `Send + Sync`).
+unsafe impl<T: ?Sized + Sync> Send for Recorded<T> {}
 // SAFETY: as above.
-unsafe impl Sync for CommandRef {}
+unsafe impl<T: ?Sized + Sync> Sync for Recorded<T> {}
 
 /// The backend, reached from a submission's `finally` task.
 #[derive(Clone, Copy)]
@@ -146,9 +152,12 @@ fn build(
     // next stage's entry.
     let mut open: Option<TaskId> = None;
     for recording in recordings {
-        for stage in &recording.stages {
+        for stage in recording.stages() {
             if stage.len() == 1 {
-                let t = command_task(g, &stage[0])?;
+                let Some(only) = stage.commands().next() else {
+                    unreachable!("a stage has a command");
+                };
+                let t = command_task(g, only)?;
                 if let Some(first) = open {
                     g.join_from(first, t)?;
                 }
@@ -163,7 +172,7 @@ fn build(
                     None => None,
                 };
                 let mut first_of_stage = None;
-                for command in stage {
+                for command in stage.commands() {
                     let t = command_task(g, command)?;
                     if let Some(b) = gate {
                         g.fork(b, t)?;
@@ -177,22 +186,39 @@ fn build(
     Ok(open)
 }
 
+/// A recorded dispatch's closure and its tile loop, as the executor runs
+/// it: one indirect call per claimed range of tiles, none per tile.
+struct RecordedTiles {
+    f: Recorded<()>,
+    run: RunTiles,
+}
+
+impl crate::task::Tiles for RecordedTiles {
+    fn run(&self, grid: [u32; 3], start: u64, end: u64) -> Result<(), Error> {
+        // SAFETY: `run` was made for the closure `f` points to, which the
+        // submission keeps alive (see `Recorded`).
+        unsafe { (self.run)(self.f.0, grid, start, end) }
+    }
+}
+
+/// The task of one command.
 fn command_task(g: &mut crate::task::Graph<'_>, command: &Command) -> Result<TaskId, Error> {
-    let c = CommandRef(command);
     match command {
-        Command::Dispatch { grid, .. } => g.dispatch(*grid, move |tile| {
-            let c = c;
-            // SAFETY: see `CommandRef`.
-            match unsafe { &*c.0 } {
-                Command::Dispatch { f, .. } => f(tile),
-                _ => Ok(()),
-            }
-        }),
-        _ => g.call(move |_| {
-            let c = c;
-            // SAFETY: see `CommandRef`.
-            unsafe { &*c.0 }.run()
-        }),
+        Command::Dispatch { grid, f, run } => g.dispatch_tiles(
+            *grid,
+            RecordedTiles {
+                f: Recorded(f.as_ptr().cast::<()>()),
+                run: *run,
+            },
+        ),
+        _ => {
+            let c = Recorded::<Command>(command);
+            g.call(move |_| {
+                let c = c;
+                // SAFETY: see `Recorded`.
+                unsafe { &*c.0 }.run()
+            })
+        }
     }
 }
 

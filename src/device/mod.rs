@@ -13,6 +13,7 @@ mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub(crate) mod host_fn;
+mod recording;
 pub(crate) mod teardown;
 
 use std::fmt;
@@ -23,14 +24,15 @@ pub use cpu::EXECUTE_INLINE_COMMAND_BUFFERS;
 #[cfg(feature = "cuda")]
 pub use cuda::{CompletionMode, CudaConfig, Kernel, KernelArg};
 pub use host_fn::HOST_CALL_INLINE_BYTES;
+pub use recording::RECORDING_INITIAL_BYTES;
 
 use crate::error::{Error, ErrorKind};
 use crate::queue::PendingQueue;
 use crate::semaphore::Semaphore;
 use crate::task::{Executor, ExecutorConfig};
 pub use command_buffer::CommandBuffer;
-use command_buffer::{Recording, Target};
 use cpu::CpuBackend;
+use recording::{RecordingPool, RecordingRef, Target};
 use teardown::Teardown;
 
 /// What one queue action runs, on any device.
@@ -38,8 +40,8 @@ pub(crate) enum Work {
     Barrier,
     HostCall(host_fn::HostFn),
     Execute {
-        inline: [Option<Arc<Recording>>; EXECUTE_INLINE_COMMAND_BUFFERS],
-        more: Option<Box<[Arc<Recording>]>>,
+        inline: [Option<RecordingRef>; EXECUTE_INLINE_COMMAND_BUFFERS],
+        more: Option<Box<[RecordingRef]>>,
     },
 }
 
@@ -76,6 +78,8 @@ impl Default for CpuConfig {
 /// and its memory is freed once that work has finished.
 pub struct Device {
     inner: Arc<DeviceInner>,
+    /// Recordings for this device's command buffers, recycled.
+    recordings: crate::sync::Arc<RecordingPool>,
 }
 
 enum DeviceInner {
@@ -178,6 +182,7 @@ impl Device {
                 executor: Some(executor),
                 teardown,
             }),
+            recordings: crate::sync::Arc::new(RecordingPool::new(Target::Cpu)),
         })
     }
 
@@ -224,8 +229,10 @@ impl Device {
     #[cfg(feature = "cuda")]
     pub fn cuda_with(ordinal: usize, config: CudaConfig) -> Result<Device, Error> {
         let device = cuda::CudaDevice::open(ordinal, config)?;
+        let target = Target::Cuda(device.shared.clone());
         Ok(Device {
             inner: Arc::new(DeviceInner::Cuda(device)),
+            recordings: crate::sync::Arc::new(RecordingPool::new(target)),
         })
     }
 
@@ -344,11 +351,16 @@ impl Device {
         }
     }
 
-    /// An empty command buffer, recording, for this device.
+    /// An empty command buffer, recording, for this device, in a recording
+    /// the device recycles (see [`CommandBuffer`]'s memory section). Its
+    /// submissions launch one prebuilt CUDA graph on a CUDA device (built
+    /// by [`end`](CommandBuffer::end)): made for command buffers submitted
+    /// many times.
     ///
     /// # Errors
     ///
-    /// None at present: this always returns `Ok`.
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if a new
+    ///   recording is needed and its memory cannot be had.
     ///
     /// # Examples
     ///
@@ -367,11 +379,46 @@ impl Device {
     /// # Ok::<(), fenceline::Error>(())
     /// ```
     pub fn command_buffer(&self) -> Result<CommandBuffer, Error> {
-        Ok(CommandBuffer::new(match &*self.inner {
-            DeviceInner::Cpu { .. } => Target::Cpu,
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(d) => Target::Cuda(d.shared.clone()),
-        }))
+        CommandBuffer::new(&self.recordings, false)
+    }
+
+    /// A command buffer meant for one submission: on a CUDA device, `end`
+    /// builds no CUDA graph (instantiating one costs tens of microseconds)
+    /// and each submission issues the recorded commands on the queue's
+    /// stream directly, in order (as IREE's stream command buffer does).
+    /// It may still be submitted again: each submission issues every
+    /// command again. On the CPU device it is the same as
+    /// [`command_buffer`](Self::command_buffer) (nothing is instantiated
+    /// there).
+    ///
+    /// # Errors
+    ///
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if a new
+    ///   recording is needed and its memory cannot be had.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let buf = device.buffer(4)?;
+    /// let done = Semaphore::new(0);
+    /// for frame in 1..=3u8 {
+    ///     let mut cb = device.command_buffer_one_shot()?; // recycled after the first frame
+    ///     cb.fill(&buf, 0, 4, &[frame])?;
+    ///     cb.end()?;
+    ///     device.queue(0)?.execute(&[], &[(&done, u64::from(frame))], &[&cb])?;
+    ///     done.wait(u64::from(frame), Duration::from_secs(5))?;
+    /// }
+    /// let mut out = [0; 4];
+    /// buf.read(0, &mut out)?;
+    /// assert_eq!(out, [3; 4]);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn command_buffer_one_shot(&self) -> Result<CommandBuffer, Error> {
+        CommandBuffer::new(&self.recordings, true)
     }
 }
 
@@ -427,11 +474,13 @@ impl fmt::Debug for Queue {
 }
 
 /// Checks that every recording was made for the device it is submitted to.
-fn check_recordings(device: &DeviceInner, recordings: &[&Arc<Recording>]) -> Result<(), Error> {
-    let ok = recordings.iter().all(|r| match device {
-        DeviceInner::Cpu { .. } => r.is_cpu(),
+fn check_recordings(device: &DeviceInner, recordings: &[&RecordingRef]) -> Result<(), Error> {
+    let ok = recordings.iter().all(|r| match (device, &r.pool().target) {
+        (DeviceInner::Cpu { .. }, Target::Cpu) => true,
         #[cfg(feature = "cuda")]
-        DeviceInner::Cuda(d) => r.is_for(&d.shared.ctx),
+        (DeviceInner::Cuda(d), Target::Cuda(shared)) => Arc::ptr_eq(&shared.ctx, &d.shared.ctx),
+        #[cfg(feature = "cuda")]
+        _ => false,
     });
     if ok {
         Ok(())
@@ -507,8 +556,7 @@ impl Queue {
         signals: &[(&Semaphore, u64)],
         command_buffers: &[&CommandBuffer],
     ) -> Result<(), Error> {
-        let mut inline: [Option<Arc<Recording>>; EXECUTE_INLINE_COMMAND_BUFFERS] =
-            Default::default();
+        let mut inline: [Option<RecordingRef>; EXECUTE_INLINE_COMMAND_BUFFERS] = Default::default();
         let mut more = Vec::new();
         for (i, cb) in command_buffers.iter().enumerate() {
             let r = cb.recording_for_submit()?;

@@ -1,11 +1,9 @@
 //! Memory that crosses threads without the global allocator: a lock-free
 //! [`BlockPool`] of fixed-size blocks, a per-owner [`BlockCache`] in front of
-//! it, and a single-owner bump [`Arena`] over its blocks.
+//! it.
 
-mod arena;
 mod block_cache;
 mod block_pool;
 
-pub use arena::Arena;
 pub use block_cache::BlockCache;
 pub use block_pool::{Block, BlockPool, BlockPoolConfig, RawBlock};

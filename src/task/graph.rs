@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::kind::{
     make_call, new_task, BarrierPayload, CallContext, DispatchPayload, FencePayload,
-    FinallyPayload, Nop, WaitState,
+    FinallyPayload, Nop, Tiles, WaitState,
 };
 use super::scope::{Scope, ScopeInner};
 use super::task::{QueueLink, Task};
@@ -269,11 +269,21 @@ impl<'e> Graph<'e> {
     where
         F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
     {
+        self.dispatch_tiles(grid, f)
+    }
+
+    /// [`dispatch`](Self::dispatch) of anything that runs ranges of tiles
+    /// (a device's recorded dispatch: one indirect call per range).
+    pub(crate) fn dispatch_tiles<T: Tiles>(
+        &mut self,
+        grid: [u32; 3],
+        tiles: T,
+    ) -> Result<TaskId, Error> {
         let total = super::tile_count(grid)?;
         let t = new_task(
             &mut self.cache,
             self.scope.as_ptr(),
-            DispatchPayload::new(grid, total, f),
+            DispatchPayload::new(grid, total, tiles),
         );
         self.adopt(t)
     }

@@ -21,6 +21,7 @@ mod task;
 mod tile_counter;
 mod worker;
 
+pub(crate) use kind::{run_tiles, Tiles};
 pub(crate) use worker::ExecutorState;
 
 pub use executor::{Executor, ExecutorConfig};

@@ -114,6 +114,14 @@ pub fn live_events() -> Option<u64> {
         .map(|f| unsafe { f() })
 }
 
+/// Graphs the simulated driver instantiated so far (`None` on a real
+/// driver).
+pub fn graph_instantiations() -> Option<u64> {
+    sim_fn::<unsafe extern "C" fn() -> u64>("fenceline_sim_graph_instantiations")
+        // SAFETY: a plain getter.
+        .map(|f| unsafe { f() })
+}
+
 /// A host implementation of a kernel on the simulated driver.
 pub type SimKernel = extern "C" fn(*const u32, *const u32, *const *const c_void);
 

@@ -96,13 +96,15 @@ impl CudaBackend {
                 .flatten()
                 .chain(more.iter().flat_map(|m| m.iter()));
             for recording in recordings {
-                if let Some(graph) = recording.cuda_graph() {
+                if let Some(graph) = &recording.graph {
                     // SAFETY: a live exec (the submission holds its
                     // recording) and stream; the context is current.
                     check(
                         unsafe { sys::cuGraphLaunch(graph.exec.raw, stream) },
                         "cuGraphLaunch",
                     )?;
+                } else if recording.is_one_shot() {
+                    super::graph::issue_direct(recording, stream)?;
                 }
             }
         }

@@ -52,6 +52,12 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuGraphInstantiateWithFlags",
     "cuGraphExecDestroy",
     "cuGraphLaunch",
+    "cuLaunchKernel",
+    "cuMemsetD8Async",
+    "cuMemsetD16Async",
+    "cuMemsetD32Async",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
 ];
 
 /// `Ok` for `CUDA_SUCCESS`, else an `Internal` error naming the call.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use super::driver::{check, Context, GraphExec, PinnedMem};
-use crate::device::command_buffer::Command;
+use crate::device::recording::{Command, Recording};
 use crate::error::{Error, ErrorKind};
 
 /// Pinned staging blocks, by power-of-two size, reused across recordings.
@@ -77,16 +77,17 @@ impl Drop for Template {
     }
 }
 
-/// Builds and instantiates the graph of `stages`; `None` when there is no
-/// command to run.
+/// Builds and instantiates the graph of `recording`'s stages; `None` when
+/// there is no command to run. Node lists are kept in the recording's
+/// arena (no allocation once warm).
 pub(crate) fn build(
     ctx: &Arc<Context>,
     pinned: &Arc<PinnedPool>,
-    stages: &[Vec<Command>],
+    recording: &Recording,
 ) -> Result<Option<CudaGraph>, Error> {
-    let staged: usize = stages
-        .iter()
-        .flatten()
+    let staged: usize = recording
+        .stages()
+        .flat_map(|stage| stage.commands())
         .map(|c| match c {
             Command::Update { data, .. } => data.len(),
             _ => 0,
@@ -102,26 +103,27 @@ pub(crate) fn build(
     // SAFETY: out-pointer to a local; the context is current.
     check(unsafe { sys::cuGraphCreate(&mut raw, 0) }, "cuGraphCreate")?;
     let template = Template(raw);
-    let mut before: Vec<sys::CUgraphNode> = Vec::new();
+    let mut before: &[sys::CUgraphNode] = &[];
+    let mut join = [std::ptr::null_mut(); 1];
     let mut staged_at = 0usize;
     let mut nodes = 0usize;
-    for stage in stages {
-        let mut deps = before.clone();
+    for stage in recording.stages() {
+        let mut deps = before;
         if deps.len() > 1 && stage.len() > 1 {
             // One join node instead of |before| x |stage| edges.
-            deps = vec![add_empty(template.0, &deps)?];
+            join[0] = add_empty(template.0, deps)?;
+            deps = &join;
         }
-        let mut this_stage = Vec::with_capacity(stage.len());
-        for command in stage {
+        let this_stage = recording.alloc_slice(stage.len(), |_| Ok(std::ptr::null_mut()))?;
+        // SAFETY: fresh in the arena, which outlives this call; ours alone.
+        let this_stage: &mut [sys::CUgraphNode] = unsafe { &mut *this_stage.as_ptr() };
+        let mut added = 0;
+        for command in stage.commands() {
             if command.is_empty_op() {
                 continue;
             }
-            let node = match command {
-                Command::Update {
-                    buffer,
-                    offset,
-                    data,
-                } => {
+            let node = match DeviceOp::of(command)? {
+                DeviceOp::HostToDevice { dst, data } => {
                     let Some(st) = staging.as_ref().and_then(|s| s.mem.as_ref()) else {
                         return Err(internal("update without staging"));
                     };
@@ -131,34 +133,27 @@ pub(crate) fn build(
                     // SAFETY: `data.len()` bytes fit at `src` (above).
                     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), src, data.len()) };
                     staged_at += data.len();
-                    let dst = buffer.device_ptr()? + *offset as u64;
                     add_copy(
                         template.0,
-                        &deps,
+                        deps,
                         Side::Host(src),
                         Side::Device(dst),
                         data.len(),
                         ctx,
                     )?
                 }
-                Command::Fill {
-                    buffer,
-                    offset,
-                    len,
-                    pattern,
-                    pattern_len,
+                DeviceOp::Memset {
+                    dst,
+                    value,
+                    element_size,
+                    count,
                 } => {
-                    let value = match *pattern_len {
-                        1 => u32::from(pattern[0]),
-                        2 => u32::from(u16::from_le_bytes([pattern[0], pattern[1]])),
-                        _ => u32::from_le_bytes(*pattern),
-                    };
                     let params = sys::CUDA_MEMSET_NODE_PARAMS {
-                        dst: buffer.device_ptr()? + *offset as u64,
+                        dst,
                         pitch: 0,
                         value,
-                        elementSize: *pattern_len as u32,
-                        width: len / pattern_len,
+                        elementSize: element_size,
+                        width: count,
                         height: 1,
                     };
                     let mut node = std::ptr::null_mut();
@@ -179,37 +174,22 @@ pub(crate) fn build(
                     )?;
                     node
                 }
-                Command::Copy {
-                    src,
-                    src_offset,
-                    dst,
-                    dst_offset,
+                DeviceOp::DeviceToDevice { src, dst, len } => add_copy(
+                    template.0,
+                    deps,
+                    Side::Device(src),
+                    Side::Device(dst),
                     len,
-                } => {
-                    let s = src.device_ptr()? + *src_offset as u64;
-                    let d = dst.device_ptr()? + *dst_offset as u64;
-                    add_copy(
-                        template.0,
-                        &deps,
-                        Side::Device(s),
-                        Side::Device(d),
-                        *len,
-                        ctx,
-                    )?
-                }
-                Command::Launch(launch) => launch.add_node(template.0, &deps)?,
-                Command::Dispatch { .. } => {
-                    return Err(Error::new(
-                        ErrorKind::FailedPrecondition,
-                        "a CPU dispatch cannot run on a CUDA device",
-                    ))
-                }
+                    ctx,
+                )?,
+                DeviceOp::Launch(launch) => launch.add_node(template.0, deps)?,
             };
             nodes += 1;
-            this_stage.push(node);
+            this_stage[added] = node;
+            added += 1;
         }
-        if !this_stage.is_empty() {
-            before = this_stage;
+        if added > 0 {
+            before = &this_stage[..added];
         }
     }
     if nodes == 0 {
@@ -314,4 +294,132 @@ fn add_copy(
         "cuGraphAddMemcpyNode",
     )?;
     Ok(node)
+}
+
+/// A command as the device runs it: addresses resolved, the fill's value
+/// widened.
+enum DeviceOp<'a> {
+    Memset {
+        dst: sys::CUdeviceptr,
+        value: u32,
+        element_size: u32,
+        count: usize,
+    },
+    HostToDevice {
+        dst: sys::CUdeviceptr,
+        data: &'a [u8],
+    },
+    DeviceToDevice {
+        src: sys::CUdeviceptr,
+        dst: sys::CUdeviceptr,
+        len: usize,
+    },
+    Launch(&'a super::Launch),
+}
+
+impl<'a> DeviceOp<'a> {
+    /// The operation of `command` (a CPU dispatch has none: an error).
+    fn of(command: &'a Command) -> Result<DeviceOp<'a>, Error> {
+        Ok(match command {
+            Command::Fill {
+                buffer,
+                offset,
+                len,
+                pattern,
+                pattern_len,
+            } => DeviceOp::Memset {
+                dst: buffer.device_ptr()? + *offset as u64,
+                value: match *pattern_len {
+                    1 => u32::from(pattern[0]),
+                    2 => u32::from(u16::from_le_bytes([pattern[0], pattern[1]])),
+                    _ => u32::from_le_bytes(*pattern),
+                },
+                element_size: *pattern_len as u32,
+                count: len / pattern_len,
+            },
+            Command::Update {
+                buffer,
+                offset,
+                data,
+            } => DeviceOp::HostToDevice {
+                dst: buffer.device_ptr()? + *offset as u64,
+                data: Command::update_data(data),
+            },
+            Command::Copy {
+                src,
+                src_offset,
+                dst,
+                dst_offset,
+                len,
+            } => DeviceOp::DeviceToDevice {
+                src: src.device_ptr()? + *src_offset as u64,
+                dst: dst.device_ptr()? + *dst_offset as u64,
+                len: *len,
+            },
+            Command::Launch(launch) => DeviceOp::Launch(launch),
+            Command::Dispatch { .. } => {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    "a CPU dispatch cannot run on a CUDA device",
+                ))
+            }
+        })
+    }
+}
+
+/// Issues `recording`'s commands on `stream` one by one, in order (a
+/// one-shot command buffer: no graph). The stream runs them in order, so
+/// every barrier holds. `update` bytes are copied from the recording's
+/// arena, which the submission holds until the stream is past them.
+pub(crate) fn issue_direct(recording: &Recording, stream: sys::CUstream) -> Result<(), Error> {
+    for command in recording.stages().flat_map(|stage| stage.commands()) {
+        if command.is_empty_op() {
+            continue;
+        }
+        // Every call below: a live stream, the context current; ranges
+        // were checked at record time and the submission holds the buffers
+        // and the recording (whose arena has the update bytes).
+        let (result, call) = match DeviceOp::of(command)? {
+            DeviceOp::Memset {
+                dst,
+                value,
+                element_size,
+                count,
+            } => {
+                // SAFETY: see above.
+                unsafe {
+                    match element_size {
+                        1 => (
+                            sys::cuMemsetD8Async(dst, value as u8, count, stream),
+                            "cuMemsetD8Async",
+                        ),
+                        2 => (
+                            sys::cuMemsetD16Async(dst, value as u16, count, stream),
+                            "cuMemsetD16Async",
+                        ),
+                        _ => (
+                            sys::cuMemsetD32Async(dst, value, count, stream),
+                            "cuMemsetD32Async",
+                        ),
+                    }
+                }
+            }
+            DeviceOp::HostToDevice { dst, data } => (
+                // SAFETY: see above.
+                unsafe { sys::cuMemcpyHtoDAsync_v2(dst, data.as_ptr().cast(), data.len(), stream) },
+                "cuMemcpyHtoDAsync",
+            ),
+            DeviceOp::DeviceToDevice { src, dst, len } => (
+                // SAFETY: see above.
+                unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len, stream) },
+                "cuMemcpyDtoDAsync",
+            ),
+            DeviceOp::Launch(launch) => {
+                launch.launch_on(stream)?;
+                continue;
+            }
+        };
+        check(result, call)?;
+    }
+    Ok(())
 }

@@ -3,11 +3,13 @@
 
 use std::ffi::{c_void, CString};
 use std::fmt;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use cudarc::driver::sys;
 
 use super::driver::{check, Context, Module};
+use crate::device::recording::Recording;
 use crate::device::Buffer;
 use crate::error::{Error, ErrorKind};
 
@@ -112,20 +114,34 @@ pub enum KernelArg<'a> {
     F32(f32),
 }
 
-/// A recorded launch: the kernel, its shape, and its parameter values
-/// (buffers held so they outlive the recording).
+/// A recorded launch: the kernel, its shape, and its parameter values,
+/// in its recording's arena (with the buffers it uses, held so they
+/// outlive the recording).
 pub(crate) struct Launch {
     kernel: Kernel,
     grid: [u32; 3],
     block: [u32; 3],
     shared_mem: u32,
-    /// Each parameter's value bytes (at most 8).
-    values: Box<[[u8; 8]]>,
-    _buffers: Box<[Buffer]>,
+    /// One pointer per parameter, to its value bytes (at most 8), all in
+    /// the arena: what the driver takes.
+    params: NonNull<[*mut c_void]>,
+    /// Owned: dropped with the launch.
+    buffers: NonNull<[Buffer]>,
+}
+
+impl Drop for Launch {
+    fn drop(&mut self) {
+        // SAFETY: the buffers were written into the arena for this launch
+        // alone, which is dropped once (with its command).
+        unsafe { self.buffers.as_ptr().drop_in_place() }
+    }
 }
 
 impl Launch {
+    /// Checks the launch and stores its parameters in `recording`'s
+    /// arena.
     pub(crate) fn new(
+        recording: &Recording,
         kernel: &Kernel,
         grid: [u32; 3],
         block: [u32; 3],
@@ -138,11 +154,9 @@ impl Launch {
                 format!("launch grid {grid:?} block {block:?}: every dimension must be at least 1"),
             ));
         }
-        let mut values = Vec::with_capacity(args.len());
-        let mut buffers = Vec::new();
-        for arg in args {
+        let values = recording.alloc_slice(args.len(), |i| {
             let mut v = [0u8; 8];
-            match *arg {
+            match args[i] {
                 KernelArg::Buffer(b, offset) => {
                     b.range(offset, 0)?;
                     if !b.on_context(kernel.context()) {
@@ -152,27 +166,66 @@ impl Launch {
                         ));
                     }
                     v = (b.device_ptr()? + offset as u64).to_le_bytes();
-                    buffers.push(b.clone());
                 }
                 KernelArg::U32(x) => v[..4].copy_from_slice(&x.to_le_bytes()),
                 KernelArg::I32(x) => v[..4].copy_from_slice(&x.to_le_bytes()),
                 KernelArg::U64(x) => v = x.to_le_bytes(),
                 KernelArg::F32(x) => v[..4].copy_from_slice(&x.to_le_bytes()),
             }
-            values.push(v);
-        }
+            Ok(v)
+        })?;
+        let first = values.cast::<[u8; 8]>();
+        let params = recording.alloc_slice(args.len(), |i| {
+            // SAFETY: `i` is below the values' length.
+            Ok(unsafe { first.as_ptr().add(i) }.cast::<c_void>())
+        })?;
+        let mut buffer_args = args.iter().filter_map(|a| match a {
+            KernelArg::Buffer(b, _) => Some(*b),
+            _ => None,
+        });
+        let count = buffer_args.clone().count();
+        let buffers = recording.alloc_slice(count, |_| match buffer_args.next() {
+            Some(b) => Ok(b.clone()),
+            None => unreachable!("counted above"),
+        })?;
         Ok(Launch {
             kernel: kernel.clone(),
             grid,
             block,
             shared_mem,
-            values: values.into_boxed_slice(),
-            _buffers: buffers.into_boxed_slice(),
+            params,
+            buffers,
         })
     }
 
-    pub(crate) fn context(&self) -> &Arc<Context> {
-        self.kernel.context()
+    /// The parameter pointers, for the driver (which copies the values).
+    fn params(&self) -> *mut *mut c_void {
+        self.params.as_ptr().cast()
+    }
+
+    /// Launches the kernel on `stream` (a one-shot submission).
+    pub(crate) fn launch_on(&self, stream: sys::CUstream) -> Result<(), Error> {
+        // SAFETY: a live function and stream, the context current; one
+        // pointer per parameter, each to its bytes in the arena, live for
+        // the call (the driver copies them).
+        check(
+            unsafe {
+                sys::cuLaunchKernel(
+                    self.kernel.inner.function,
+                    self.grid[0],
+                    self.grid[1],
+                    self.grid[2],
+                    self.block[0],
+                    self.block[1],
+                    self.block[2],
+                    self.shared_mem,
+                    stream,
+                    self.params(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel",
+        )
     }
 
     /// Adds the launch as a kernel node (the driver copies the values).
@@ -181,11 +234,6 @@ impl Launch {
         graph: sys::CUgraph,
         deps: &[sys::CUgraphNode],
     ) -> Result<sys::CUgraphNode, Error> {
-        let mut pointers: Vec<*mut c_void> = self
-            .values
-            .iter()
-            .map(|v| v.as_ptr().cast_mut().cast())
-            .collect();
         let params = sys::CUDA_KERNEL_NODE_PARAMS_v2 {
             func: self.kernel.inner.function,
             gridDimX: self.grid[0],
@@ -195,7 +243,7 @@ impl Launch {
             blockDimY: self.block[1],
             blockDimZ: self.block[2],
             sharedMemBytes: self.shared_mem,
-            kernelParams: pointers.as_mut_ptr(),
+            kernelParams: self.params(),
             extra: std::ptr::null_mut(),
             kern: std::ptr::null_mut(),
             ctx: std::ptr::null_mut(),

@@ -56,7 +56,7 @@ struct ShardPayload<F> {
 
 impl<F> Kind for DispatchPayload<F>
 where
-    F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
+    F: Tiles,
 {
     const NAME: &'static str = "dispatch";
 
@@ -111,7 +111,7 @@ where
 
 impl<F> Kind for ShardPayload<F>
 where
-    F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
+    F: Tiles,
 {
     const NAME: &'static str = "dispatch shard";
 
@@ -123,8 +123,6 @@ where
         let DispatchPayload { f, grid: p } =
             unsafe { dispatch.as_ref().payload::<DispatchPayload<F>>() };
         let f = f.get();
-        let [x, y, _] = p.size;
-        let (x, y) = (u64::from(x), u64::from(y));
         loop {
             if p.stop.load(Ordering::Relaxed) {
                 return Outcome::Done(Ok(()));
@@ -132,35 +130,62 @@ where
             let Some((start, end)) = p.tiles.claim() else {
                 return Outcome::Done(Ok(()));
             };
-            let r = guarded(|| {
-                // One division per claimed range; then count x, y, z up.
-                let mut tile = Tile {
-                    workgroup_id: [
-                        (start % x) as u32,
-                        (start / x % y) as u32,
-                        (start / (x * y)) as u32,
-                    ],
-                    workgroup_count: p.size,
-                };
-                for _ in start..end {
-                    f(&tile)?;
-                    let id = &mut tile.workgroup_id;
-                    id[0] += 1;
-                    if id[0] == p.size[0] {
-                        id[0] = 0;
-                        id[1] += 1;
-                        if id[1] == p.size[1] {
-                            id[1] = 0;
-                            id[2] += 1;
-                        }
-                    }
-                }
-                Ok(())
-            });
+            let r = guarded(|| f.run(p.size, start, end));
             if let Err(e) = r {
                 p.stop.store(true, Ordering::Relaxed);
                 return Outcome::Done(Err(e));
             }
         }
     }
+}
+
+/// What a dispatch runs: a range of tiles at a time, so the per-tile loop
+/// is compiled with the tile closure (inlined into it) and a shard pays at
+/// most one indirect call per claimed range, never per tile.
+pub(crate) trait Tiles: Send + Sync + 'static {
+    /// Runs tiles `start..end` (linear indices, x fastest) of `grid`,
+    /// stopping at the first error.
+    fn run(&self, grid: [u32; 3], start: u64, end: u64) -> Result<(), Error>;
+}
+
+impl<F> Tiles for F
+where
+    F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
+{
+    #[inline]
+    fn run(&self, grid: [u32; 3], start: u64, end: u64) -> Result<(), Error> {
+        run_tiles(self, grid, start, end)
+    }
+}
+
+/// Runs `f` over tiles `start..end` of `grid`: one division per range,
+/// then the tile id counts x, y, z up.
+#[inline]
+pub(crate) fn run_tiles<F>(f: &F, grid: [u32; 3], start: u64, end: u64) -> Result<(), Error>
+where
+    F: Fn(&Tile) -> Result<(), Error> + ?Sized,
+{
+    let (x, y) = (u64::from(grid[0]), u64::from(grid[1]));
+    let mut tile = Tile {
+        workgroup_id: [
+            (start % x) as u32,
+            (start / x % y) as u32,
+            (start / (x * y)) as u32,
+        ],
+        workgroup_count: grid,
+    };
+    for _ in start..end {
+        f(&tile)?;
+        let id = &mut tile.workgroup_id;
+        id[0] += 1;
+        if id[0] == grid[0] {
+            id[0] = 0;
+            id[1] += 1;
+            if id[1] == grid[1] {
+                id[1] = 0;
+                id[2] += 1;
+            }
+        }
+    }
+    Ok(())
 }

@@ -21,8 +21,8 @@ use crate::pool::{BlockCache, BlockPool};
 
 pub(crate) use call::make_call;
 pub use call::{CallContext, CALL_INLINE_BYTES};
-pub(crate) use dispatch::DispatchPayload;
 pub use dispatch::DISPATCH_INLINE_BYTES;
+pub(crate) use dispatch::{run_tiles, DispatchPayload, Tiles};
 pub(crate) use fence::FencePayload;
 pub(crate) use finally::FinallyPayload;
 pub use finally::FINALLY_INLINE_BYTES;

@@ -1,0 +1,599 @@
+//! `Recording`: a command buffer's commands, in a bump arena the recording
+//! owns, recycled by its device.
+//!
+//! Every command is one node in the arena, linked in recording order;
+//! commands between two barriers form a stage. Update bytes, dispatch
+//! closures and kernel parameters live in the same arena, so recording
+//! allocates nothing once the arena has held a recording that large
+//! ([`bumpalo`] keeps its largest chunk on reset).
+//!
+//! A recording is reference counted by hand ([`RecordingRef`]): the
+//! command buffer holds one reference and each submission one more. The
+//! last release drops the commands (and what they captured), resets the
+//! arena, and pushes the recording onto its device's [`RecordingPool`],
+//! from which the next command buffer takes it: no allocation either.
+
+use std::alloc::Layout;
+use std::fmt;
+use std::ops::Deref;
+use std::ptr::NonNull;
+
+use bumpalo::Bump;
+
+use super::Buffer;
+use crate::error::{Error, ErrorKind};
+use crate::list::{Handle, SList, SingleLinks, TransferStack};
+use crate::sync::atomic::{fence, AtomicUsize, Ordering};
+use crate::sync::{Arc, Mutex};
+use crate::task::Tile;
+use crate::unwind::FirstPanic;
+
+/// Bytes a new recording's arena starts with (more are allocated, once, by
+/// a recording that needs more; the arena keeps them).
+pub const RECORDING_INITIAL_BYTES: usize = 4096;
+
+/// A dispatch closure.
+pub(crate) type TileFn = dyn Fn(&Tile) -> Result<(), Error> + Send + Sync;
+
+/// Runs tiles `start..end` of `grid` with the closure at the pointer: the
+/// tile loop compiled for that closure's type (see [`run_tiles_of`]).
+pub(crate) type RunTiles = unsafe fn(*const (), [u32; 3], u64, u64) -> Result<(), Error>;
+
+/// The [`RunTiles`] of closures of type `F`.
+///
+/// # Safety
+/// `f` points to a live `F`.
+pub(crate) unsafe fn run_tiles_of<F>(
+    f: *const (),
+    grid: [u32; 3],
+    start: u64,
+    end: u64,
+) -> Result<(), Error>
+where
+    F: Fn(&Tile) -> Result<(), Error>,
+{
+    // SAFETY: per contract.
+    crate::task::run_tiles(unsafe { &*f.cast::<F>() }, grid, start, end)
+}
+
+/// One recorded command. Its pointers are into its recording's arena,
+/// which outlives it: a command is dropped in place, once, by
+/// [`Recording::reset`], and never moved out.
+pub(crate) enum Command {
+    Fill {
+        buffer: Buffer,
+        offset: usize,
+        len: usize,
+        pattern: [u8; 4],
+        pattern_len: usize,
+    },
+    Update {
+        buffer: Buffer,
+        offset: usize,
+        data: NonNull<[u8]>,
+    },
+    Copy {
+        src: Buffer,
+        src_offset: usize,
+        dst: Buffer,
+        dst_offset: usize,
+        len: usize,
+    },
+    Dispatch {
+        grid: [u32; 3],
+        /// Owned: dropped with the command.
+        f: NonNull<TileFn>,
+        /// Its tile loop (one indirect call per range of tiles).
+        run: RunTiles,
+    },
+    #[cfg(feature = "cuda")]
+    Launch(super::cuda::Launch),
+}
+
+// SAFETY: the pointers are owned data in the recording's arena (update
+// bytes, a `Send + Sync` closure), only read through `&Command`.
+unsafe impl Send for Command {}
+// SAFETY: as above.
+unsafe impl Sync for Command {}
+
+impl Drop for Command {
+    fn drop(&mut self) {
+        if let Command::Dispatch { f, .. } = self {
+            // SAFETY: the closure was moved into the arena for this command
+            // alone, and a command is dropped once (type docs).
+            unsafe { f.as_ptr().drop_in_place() }
+        }
+    }
+}
+
+impl Command {
+    /// The bytes of an `Update`.
+    pub(crate) fn update_data(data: &NonNull<[u8]>) -> &[u8] {
+        // SAFETY: copied into the arena of the recording holding the
+        // command, alive and unchanged while the command is.
+        unsafe { data.as_ref() }
+    }
+
+    /// Runs a non-dispatch command on the host.
+    pub(crate) fn run(&self) -> Result<(), Error> {
+        match self {
+            Command::Fill {
+                buffer,
+                offset,
+                len,
+                pattern,
+                pattern_len,
+            } => buffer.fill(*offset, *len, &pattern[..*pattern_len]),
+            Command::Update {
+                buffer,
+                offset,
+                data,
+            } => buffer.write(*offset, Command::update_data(data)),
+            Command::Copy {
+                src,
+                src_offset,
+                dst,
+                dst_offset,
+                len,
+            } => src.copy_to(*src_offset, dst, *dst_offset, *len),
+            Command::Dispatch { .. } => Err(Error::new(
+                ErrorKind::Internal,
+                "a dispatch runs as a dispatch task",
+            )),
+            #[cfg(feature = "cuda")]
+            Command::Launch(_) => Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "a CUDA kernel cannot run on the CPU device",
+            )),
+        }
+    }
+
+    /// A command that moves no bytes (skipped by the CUDA device).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn is_empty_op(&self) -> bool {
+        match self {
+            Command::Fill { len, .. } | Command::Copy { len, .. } => *len == 0,
+            Command::Update { data, .. } => data.is_empty(),
+            _ => false,
+        }
+    }
+}
+
+/// A command in the arena, linked to the next one recorded.
+struct Node {
+    next: Option<NonNull<Node>>,
+    command: Command,
+}
+
+/// Commands between two barriers (or the ends), in the arena.
+pub(crate) struct Stage {
+    first: NonNull<Node>,
+    len: usize,
+    next: Option<NonNull<Stage>>,
+}
+
+impl Stage {
+    /// Commands in the stage (at least one).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The stage's commands, in recording order.
+    pub(crate) fn commands(&self) -> Commands<'_> {
+        Commands {
+            next: Some(self.first),
+            left: self.len,
+            _stage: std::marker::PhantomData,
+        }
+    }
+}
+
+/// The commands of a [`Stage`].
+pub(crate) struct Commands<'a> {
+    next: Option<NonNull<Node>>,
+    left: usize,
+    _stage: std::marker::PhantomData<&'a Stage>,
+}
+
+impl<'a> Iterator for Commands<'a> {
+    type Item = &'a Command;
+
+    fn next(&mut self) -> Option<&'a Command> {
+        if self.left == 0 {
+            return None;
+        }
+        // SAFETY: a stage's `len` nodes from `first` are linked and live as
+        // long as the recording (borrowed for `'a`).
+        let node = unsafe { self.next?.as_ref() };
+        self.left -= 1;
+        self.next = node.next;
+        Some(&node.command)
+    }
+}
+
+/// The stages of a recording, in order.
+pub(crate) struct Stages<'a> {
+    next: Option<NonNull<Stage>>,
+    _recording: std::marker::PhantomData<&'a Recording>,
+}
+
+impl<'a> Iterator for Stages<'a> {
+    type Item = &'a Stage;
+
+    fn next(&mut self) -> Option<&'a Stage> {
+        // SAFETY: stages live in the borrowed recording's arena.
+        let stage = unsafe { self.next?.as_ref() };
+        self.next = stage.next;
+        Some(stage)
+    }
+}
+
+/// Commands, their stages and their memory. See the [module docs](self).
+pub(crate) struct Recording {
+    refs: AtomicUsize,
+    /// The pool it returns to; `Some` while handed out.
+    pool: Option<Arc<RecordingPool>>,
+    /// In the pool's free stack while not handed out.
+    link: SingleLinks<Recording>,
+    /// Whether commands are issued one by one at each submission instead
+    /// of through a prebuilt CUDA graph (no effect on the CPU device).
+    one_shot: bool,
+    ended: bool,
+    first_stage: Option<NonNull<Stage>>,
+    last_stage: Option<NonNull<Stage>>,
+    stage_count: usize,
+    last_node: Option<NonNull<Node>>,
+    /// Whether the next command joins the last stage (`false` after a
+    /// barrier, or before the first command).
+    stage_open: bool,
+    /// For a reusable CUDA recording: its graph (`None`: no command).
+    #[cfg(feature = "cuda")]
+    pub(crate) graph: Option<super::cuda::graph::CudaGraph>,
+    /// Declared last: dropped after everything that points into it.
+    bump: Bump,
+}
+
+crate::link!(RecordingLink: SingleLinks<Recording> => link);
+
+// SAFETY: a recording moves between threads with its references; the raw
+// pointers are into its own arena. Before `end`, only its command buffer
+// touches it (`&mut`); after, every holder only reads its commands, whose
+// contents are `Sync` (buffers, `Send + Sync` closures); the arena itself
+// is touched again only by the last holder (`reset`).
+unsafe impl Send for Recording {}
+// SAFETY: as above: shared access reads `Sync` data only.
+unsafe impl Sync for Recording {}
+
+impl Recording {
+    fn new() -> Result<Recording, Error> {
+        let bump = Bump::try_with_capacity(RECORDING_INITIAL_BYTES).map_err(|_| out_of_memory())?;
+        Ok(Recording {
+            refs: AtomicUsize::new(0),
+            pool: None,
+            link: SingleLinks::new(),
+            one_shot: false,
+            ended: false,
+            first_stage: None,
+            last_stage: None,
+            stage_count: 0,
+            last_node: None,
+            stage_open: false,
+            #[cfg(feature = "cuda")]
+            graph: None,
+            bump,
+        })
+    }
+
+    /// The device's pool (handed out, so `Some`).
+    pub(crate) fn pool(&self) -> &Arc<RecordingPool> {
+        match &self.pool {
+            Some(pool) => pool,
+            None => unreachable!("a recording in use has its pool"),
+        }
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    pub(crate) fn is_one_shot(&self) -> bool {
+        self.one_shot
+    }
+
+    /// Stages recorded so far.
+    pub(crate) fn stage_count(&self) -> usize {
+        self.stage_count
+    }
+
+    /// The stages, in order.
+    pub(crate) fn stages(&self) -> Stages<'_> {
+        Stages {
+            next: self.first_stage,
+            _recording: std::marker::PhantomData,
+        }
+    }
+
+    /// Moves `value` into the arena.
+    pub(crate) fn alloc<T>(&self, value: T) -> Result<NonNull<T>, Error> {
+        self.bump
+            .try_alloc(value)
+            .map(NonNull::from)
+            .map_err(|_| out_of_memory())
+    }
+
+    /// A slice of `len` values made by `make`, in the arena. If `make`
+    /// fails, the values made so far are dropped.
+    pub(crate) fn alloc_slice<T>(
+        &self,
+        len: usize,
+        mut make: impl FnMut(usize) -> Result<T, Error>,
+    ) -> Result<NonNull<[T]>, Error> {
+        let layout = Layout::array::<T>(len).map_err(|_| out_of_memory())?;
+        let at = self
+            .bump
+            .try_alloc_layout(layout)
+            .map_err(|_| out_of_memory())?
+            .cast::<T>();
+        for i in 0..len {
+            match make(i) {
+                // SAFETY: `i < len`, inside the fresh allocation.
+                Ok(v) => unsafe { at.as_ptr().add(i).write(v) },
+                Err(e) => {
+                    // SAFETY: the first `i` values were written above.
+                    unsafe { std::ptr::slice_from_raw_parts_mut(at.as_ptr(), i).drop_in_place() };
+                    return Err(e);
+                }
+            }
+        }
+        Ok(NonNull::slice_from_raw_parts(at, len))
+    }
+
+    /// Records `command` at the end (of a new stage after a barrier).
+    pub(crate) fn push(&mut self, command: Command) -> Result<(), Error> {
+        let node = self.alloc(Node {
+            next: None,
+            command,
+        })?;
+        if self.stage_open {
+            let (Some(last), Some(stage)) = (self.last_node, self.last_stage) else {
+                unreachable!("an open stage has a command");
+            };
+            // SAFETY: both are in our arena; we are the only holder while
+            // recording (`&mut self`).
+            unsafe {
+                (*last.as_ptr()).next = Some(node);
+                (*stage.as_ptr()).len += 1;
+            }
+        } else {
+            let stage = match self.alloc(Stage {
+                first: node,
+                len: 1,
+                next: None,
+            }) {
+                Ok(s) => s,
+                Err(e) => {
+                    // SAFETY: the node is ours and linked nowhere: drop its
+                    // command so nothing is recorded.
+                    unsafe { std::ptr::addr_of_mut!((*node.as_ptr()).command).drop_in_place() };
+                    return Err(e);
+                }
+            };
+            if let Some(last_node) = self.last_node {
+                // SAFETY: as above.
+                unsafe { (*last_node.as_ptr()).next = Some(node) };
+            }
+            match self.last_stage {
+                // SAFETY: as above.
+                Some(last) => unsafe { (*last.as_ptr()).next = Some(stage) },
+                None => self.first_stage = Some(stage),
+            }
+            self.last_stage = Some(stage);
+            self.stage_count += 1;
+            self.stage_open = true;
+        }
+        self.last_node = Some(node);
+        Ok(())
+    }
+
+    /// Everything recorded after waits for everything recorded before.
+    pub(crate) fn barrier(&mut self) {
+        self.stage_open = false;
+    }
+
+    pub(crate) fn set_ended(&mut self) {
+        self.ended = true;
+    }
+
+    /// Drops every command (and a CUDA graph) and resets the arena,
+    /// keeping its memory: recording again. A panicking drop of a captured
+    /// value does not keep the others from being dropped; the first panic
+    /// is returned.
+    pub(crate) fn reset(&mut self) -> FirstPanic {
+        let mut panicked = FirstPanic::default();
+        #[cfg(feature = "cuda")]
+        panicked.run(|| drop(self.graph.take()));
+        let mut node = self.first_stage.map(|s| {
+            // SAFETY: in our arena.
+            unsafe { s.as_ref() }.first
+        });
+        while let Some(n) = node {
+            // SAFETY: linked nodes are in our arena; each command is
+            // dropped once, and the link is read first.
+            node = unsafe { n.as_ref() }.next;
+            panicked
+                .run(|| unsafe { std::ptr::addr_of_mut!((*n.as_ptr()).command).drop_in_place() });
+        }
+        self.first_stage = None;
+        self.last_stage = None;
+        self.stage_count = 0;
+        self.last_node = None;
+        self.stage_open = false;
+        self.ended = false;
+        self.bump.reset();
+        panicked
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        self.reset().resume();
+    }
+}
+
+impl fmt::Debug for Recording {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Recording")
+            .field("stages", &self.stage_count)
+            .field("ended", &self.ended)
+            .finish()
+    }
+}
+
+/// One counted reference to a recording. The last one dropped recycles it.
+pub(crate) struct RecordingRef(NonNull<Recording>);
+
+// SAFETY: a reference to a `Send + Sync` recording.
+unsafe impl Send for RecordingRef {}
+// SAFETY: as above.
+unsafe impl Sync for RecordingRef {}
+
+impl RecordingRef {
+    /// Whether this is the only reference (nothing in flight holds it).
+    pub(crate) fn is_unique(&self) -> bool {
+        // Acquire: a holder's release (its last reads of the commands)
+        // happens before we reuse the memory.
+        self.refs.load(Ordering::Acquire) == 1
+    }
+
+    /// The recording, to record into.
+    ///
+    /// # Safety
+    /// This is the only reference ([`is_unique`](Self::is_unique)), and no
+    /// other borrow of the recording is live.
+    pub(crate) unsafe fn get_mut(&mut self) -> &mut Recording {
+        // SAFETY: forwarded contract.
+        unsafe { self.0.as_mut() }
+    }
+}
+
+impl Deref for RecordingRef {
+    type Target = Recording;
+
+    fn deref(&self) -> &Recording {
+        // SAFETY: our counted reference keeps it alive.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Clone for RecordingRef {
+    fn clone(&self) -> Self {
+        // Relaxed: the clone comes from a live reference.
+        self.refs.fetch_add(1, Ordering::Relaxed);
+        RecordingRef(self.0)
+    }
+}
+
+impl Drop for RecordingRef {
+    fn drop(&mut self) {
+        // Release: our reads of the commands happen before the recycling.
+        if self.refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        fence(Ordering::Acquire);
+        // SAFETY: the last reference: the recording is ours alone.
+        let recording = unsafe { &mut *self.0.as_ptr() };
+        let panicked = recording.reset();
+        match recording.pool.take() {
+            // SAFETY: cleared, in no list (it was handed out), and the pool
+            // frees it (or hands it out again) from here on.
+            Some(pool) => {
+                pool.free.push(unsafe { Handle::from_raw(self.0) });
+                // May be the pool's last reference: it then frees every
+                // recording it holds, this one included.
+                drop(pool);
+            }
+            // SAFETY: made by `Box::into_raw` in `RecordingPool::take`.
+            None => drop(unsafe { Box::from_raw(self.0.as_ptr()) }),
+        }
+        panicked.resume();
+    }
+}
+
+impl fmt::Debug for RecordingRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+/// What a device's recordings are for.
+#[derive(Clone)]
+pub(crate) enum Target {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Cuda(std::sync::Arc<super::cuda::CudaShared>),
+}
+
+/// A device's released recordings, handed out again by
+/// [`take`](Self::take). Releasing is lock-free (it happens where a
+/// submission completes); taking locks the spare list (it happens where a
+/// command buffer is made).
+pub(crate) struct RecordingPool {
+    pub(crate) target: Target,
+    free: TransferStack<RecordingLink>,
+    spare: Mutex<SList<RecordingLink>>,
+}
+
+impl RecordingPool {
+    pub(crate) fn new(target: Target) -> RecordingPool {
+        RecordingPool {
+            target,
+            free: TransferStack::new(),
+            spare: Mutex::new(SList::new()),
+        }
+    }
+
+    /// A cleared recording (a released one when there is one), for a new
+    /// command buffer.
+    ///
+    /// # Errors
+    /// `ResourceExhausted` if a new recording's memory cannot be had.
+    pub(crate) fn take(self: &Arc<Self>, one_shot: bool) -> Result<RecordingRef, Error> {
+        let reused = {
+            let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+            if spare.is_empty() {
+                *spare = self.free.take_all();
+            }
+            spare.pop_front()
+        };
+        let ptr = match reused {
+            Some(handle) => handle.into_raw(),
+            None => NonNull::from(Box::leak(Box::new(Recording::new()?))),
+        };
+        // SAFETY: a recording in no list and held by nobody: ours.
+        let recording = unsafe { &mut *ptr.as_ptr() };
+        recording.refs.store(1, Ordering::Relaxed);
+        recording.pool = Some(self.clone());
+        recording.one_shot = one_shot;
+        Ok(RecordingRef(ptr))
+    }
+}
+
+impl Drop for RecordingPool {
+    fn drop(&mut self) {
+        let spare = std::mem::take(&mut *self.spare.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut all = self.free.take_all();
+        all.append(&mut { spare });
+        while let Some(handle) = all.pop_front() {
+            // SAFETY: pooled recordings were made by `Box` in `take`, and
+            // released (cleared, no pool reference): ours to free.
+            drop(unsafe { Box::from_raw(handle.into_raw().as_ptr()) });
+        }
+    }
+}
+
+fn out_of_memory() -> Error {
+    Error::new(
+        ErrorKind::ResourceExhausted,
+        "command buffer: out of memory for the recording",
+    )
+}
