@@ -73,7 +73,7 @@ impl fmt::Debug for CommandBuffer {
 impl CommandBuffer {
     pub(crate) fn new(pool: &Arc<RecordingPool>, one_shot: bool) -> Result<CommandBuffer, Error> {
         Ok(CommandBuffer {
-            recording: pool.take(one_shot)?,
+            recording: RecordingPool::take(pool, one_shot)?,
         })
     }
 
@@ -516,7 +516,7 @@ impl CommandBuffer {
             let panicked = unsafe { self.recording.get_mut() }.reset();
             panicked.resume();
         } else {
-            let fresh = self.recording.pool().take(self.recording.is_one_shot())?;
+            let fresh = RecordingPool::take(self.recording.pool(), self.recording.is_one_shot())?;
             self.recording = fresh;
         }
         Ok(())

@@ -557,11 +557,11 @@ impl RecordingPool {
     ///
     /// # Errors
     /// `ResourceExhausted` if a new recording's memory cannot be had.
-    pub(crate) fn take(self: &Arc<Self>, one_shot: bool) -> Result<RecordingRef, Error> {
+    pub(crate) fn take(pool: &Arc<Self>, one_shot: bool) -> Result<RecordingRef, Error> {
         let reused = {
-            let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+            let mut spare = pool.spare.lock().unwrap_or_else(|p| p.into_inner());
             if spare.is_empty() {
-                *spare = self.free.take_all();
+                *spare = pool.free.take_all();
             }
             spare.pop_front()
         };
@@ -572,7 +572,7 @@ impl RecordingPool {
         // SAFETY: a recording in no list and held by nobody: ours.
         let recording = unsafe { &mut *ptr.as_ptr() };
         recording.refs.store(1, Ordering::Relaxed);
-        recording.pool = Some(self.clone());
+        recording.pool = Some(pool.clone());
         recording.one_shot = one_shot;
         Ok(RecordingRef(ptr))
     }
