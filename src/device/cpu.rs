@@ -5,9 +5,10 @@ use super::teardown::QueueToken;
 use super::Work;
 use crate::device::recording::{Command, RunTiles};
 use crate::error::Error;
+use crate::list::{SList, TransferStack};
 use crate::queue::{Backend, Completion};
-use crate::sync::{Arc, Mutex};
-use crate::task::{ExecutorState, Graph, Scope, TaskId};
+use crate::sync::{Arc, UnsafeCell};
+use crate::task::{ExecutorState, Graph, Scope, ScopeLink, TaskId};
 
 /// Command buffers one `execute` keeps without allocating.
 pub const EXECUTE_INLINE_COMMAND_BUFFERS: usize = 4;
@@ -40,19 +41,44 @@ pub(crate) struct CpuBackend {
     /// The device's executor's state (its workers run until the device
     /// shuts the executor down, after every queue state is freed).
     exec: Arc<ExecutorState>,
-    /// Scopes reused across submissions (one per in-flight `execute`).
-    scopes: Mutex<Vec<Scope>>,
+    /// Scopes of finished submissions, pushed lock-free where a
+    /// submission completes (one scope per in-flight `execute`).
+    free_scopes: TransferStack<ScopeLink>,
+    /// Scopes taken from `free_scopes`, for the next submissions: touched
+    /// only by `issue`, which the pending queue never runs twice at once
+    /// for one queue (its issuer is exclusive).
+    spare_scopes: UnsafeCell<SList<ScopeLink>>,
     /// The scope host calls run in (their errors go to their signals).
     host_scope: Scope,
     /// Tells the device's drop when this queue's state is freed.
     _token: QueueToken,
 }
 
+// SAFETY: `spare_scopes` is the only field that is not `Sync`; it is
+// touched only by `issue`, which the pending queue never runs concurrently
+// for one queue (its issuer is exclusive: the drain protocol), and by
+// `Drop` (exclusive).
+unsafe impl Sync for CpuBackend {}
+
+impl Drop for CpuBackend {
+    fn drop(&mut self) {
+        // The scopes' references, kept by the lists.
+        let mut all = self.free_scopes.take_all();
+        // SAFETY: `&mut self`: nothing else touches the spare list.
+        self.spare_scopes
+            .with_mut(|spare| all.append(unsafe { &mut *spare }));
+        while let Some(handle) = all.pop_front() {
+            drop(Scope::from_handle(handle));
+        }
+    }
+}
+
 impl CpuBackend {
     pub(crate) fn new(exec: Arc<ExecutorState>, token: QueueToken) -> CpuBackend {
         CpuBackend {
             exec,
-            scopes: Mutex::new(Vec::new()),
+            free_scopes: TransferStack::new(),
+            spare_scopes: UnsafeCell::new(SList::new()),
             host_scope: Scope::new(),
             _token: token,
         }
@@ -62,9 +88,20 @@ impl CpuBackend {
         Graph::new(&self.exec, scope)
     }
 
+    /// A scope for a submission: a finished one, else a new one (until
+    /// there are as many as submissions in flight). Lock-free. Called only
+    /// from `issue`.
     fn take_scope(&self) -> Scope {
-        let reused = self.scopes.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let scope = reused.unwrap_or_default();
+        let reused = self.spare_scopes.with_mut(|spare| {
+            // SAFETY: only `issue` touches the spare list, and the pending
+            // queue runs one `issue` of this queue at a time.
+            let spare = unsafe { &mut *spare };
+            if spare.is_empty() {
+                *spare = self.free_scopes.take_all();
+            }
+            spare.pop_front()
+        });
+        let scope = reused.map(Scope::from_handle).unwrap_or_default();
         // A scope is recycled before its submission completes; a panic out
         // of that completion may have failed it since.
         if scope.error().is_some() {
@@ -110,11 +147,7 @@ impl CpuBackend {
             // Reset and recycle the scope before completing, so the next
             // submission can reuse it.
             let _ = finish_scope.take_error();
-            backend
-                .scopes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(finish_scope);
+            backend.free_scopes.push(finish_scope.into_handle());
             work.complete(result);
         });
         match (built, finally) {

@@ -28,6 +28,7 @@ pub use executor::{Executor, ExecutorConfig};
 pub use graph::{Graph, TaskId};
 pub use kind::{CallContext, CALL_INLINE_BYTES, DISPATCH_INLINE_BYTES, FINALLY_INLINE_BYTES};
 pub use scope::Scope;
+pub(crate) use scope::ScopeLink;
 
 /// The executor's lock-free counters, public (feature `testing`) only for
 /// the loom models in `loom-tests/`, which must check the code the

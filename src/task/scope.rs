@@ -19,6 +19,9 @@ pub struct Scope {
 }
 
 pub(crate) struct ScopeInner {
+    /// A reusable scope's place in its owner's free list (a device queue
+    /// recycles one scope per submission).
+    pub(crate) link: crate::list::SingleLinks<ScopeInner>,
     pending: AtomicUsize,
     failed: AtomicBool,
     error: Mutex<Option<Error>>,
@@ -47,6 +50,7 @@ impl Scope {
     pub fn new() -> Scope {
         Scope {
             inner: Arc::new(ScopeInner {
+                link: crate::list::SingleLinks::new(),
                 pending: AtomicUsize::new(0),
                 failed: AtomicBool::new(false),
                 error: Mutex::new(None),
@@ -129,8 +133,12 @@ impl Scope {
     }
 
     /// Takes the first error out, so the scope can be reused for unrelated
-    /// work (a device reuses scopes across submissions).
+    /// work (a device reuses scopes across submissions). Without a
+    /// recorded error this takes no lock.
     pub fn take_error(&self) -> Option<Error> {
+        if !self.inner.failed.load(Ordering::Acquire) {
+            return None;
+        }
         let mut slot = self.inner.lock_error();
         self.inner.failed.store(false, Ordering::Release);
         slot.take()
@@ -209,6 +217,30 @@ impl ScopeInner {
             let _ = inner.idle.signal(n);
             // SAFETY: the reference forgotten by the 0 -> 1 `enter`.
             drop(unsafe { Arc::from_raw(this.as_ptr().cast_const()) });
+        }
+    }
+}
+
+crate::link!(
+    /// A scope's place in a free list of reusable scopes.
+    pub(crate) ScopeLink: SingleLinks<ScopeInner> => link
+);
+
+impl Scope {
+    /// The scope as a handle for a free list, keeping its reference.
+    pub(crate) fn into_handle(self) -> crate::list::Handle<ScopeLink> {
+        let ptr = Arc::into_raw(self.inner).cast_mut();
+        // SAFETY: `Arc::into_raw` is never null; the reference it keeps
+        // keeps the state alive and in place until `from_handle`; a scope
+        // handed over by value is in no free list.
+        unsafe { crate::list::Handle::from_raw(NonNull::new_unchecked(ptr)) }
+    }
+
+    /// The scope a free list held, with its reference.
+    pub(crate) fn from_handle(handle: crate::list::Handle<ScopeLink>) -> Scope {
+        // SAFETY: made by `into_handle` from an `Arc`, taken back once.
+        Scope {
+            inner: unsafe { Arc::from_raw(handle.into_raw().as_ptr().cast_const()) },
         }
     }
 }
