@@ -152,6 +152,22 @@ fn fresh_recordings_every_frame_allocate_nothing() {
             done.wait(frame, Duration::from_secs(10)).unwrap();
         };
         run(10_000);
+        // As many frames in flight at once as the measured run can have, so
+        // the device's pools reach their size whatever the timing.
+        let (gate, burst) = (Semaphore::new(0), Semaphore::new(0));
+        for k in 1..=9u64 {
+            let mut cb = if one_shot {
+                device.command_buffer_one_shot().unwrap()
+            } else {
+                device.command_buffer().unwrap()
+            };
+            cb.fill(&a, 0, 64, &[1]).unwrap();
+            cb.end().unwrap();
+            let wait = if k == 1 { (&gate, 1) } else { (&burst, k - 1) };
+            queue.execute(&[wait], &[(&burst, k)], &[&cb]).unwrap();
+        }
+        gate.signal(1).unwrap();
+        burst.wait(9, Duration::from_secs(10)).unwrap();
         let before = common::allocations();
         run(10_000);
         let allocations = common::allocations() - before;

@@ -171,6 +171,21 @@ fn frames_allocations(fresh: bool, one_shot: bool, frames: u64) -> usize {
         done.wait(to - 1, Duration::from_secs(10)).unwrap();
     };
     run(1, frames + 1);
+    // Then as many frames in flight at once as the measured run can have
+    // (8, and one recording), behind a gate: the device's pools reach
+    // their size whatever the timing (a worker descheduled at the wrong
+    // moment would otherwise make the measured run the first to need a
+    // ninth recording).
+    let (gate, burst) = (Semaphore::new(0), Semaphore::new(0));
+    for k in 1..=9u64 {
+        let mut cb = new_cb();
+        cb.fill(&bufs[0], 0, 64, &[1]).unwrap();
+        cb.end().unwrap();
+        let wait = if k == 1 { (&gate, 1) } else { (&burst, k - 1) };
+        queue.execute(&[wait], &[(&burst, k)], &[&cb]).unwrap();
+    }
+    gate.signal(1).unwrap();
+    burst.wait(9, Duration::from_secs(10)).unwrap();
     let before = common::allocations();
     run(frames + 1, 2 * frames + 1);
     let allocations = common::allocations() - before;

@@ -246,3 +246,57 @@ fn a_recording_larger_than_its_first_chunk_reads_back_exactly() {
         cb.reset().unwrap();
     }
 }
+
+/// Panics when dropped.
+struct PanicsOnDrop;
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a capture's Drop panics");
+        }
+    }
+}
+
+// The last reference to a recording released where its submission
+// completes drops the captures there, before the submission signals. A
+// capture whose `Drop` panics must not fail that submission (its work
+// ran) nor the ones it releases (mutation checked: letting the panic
+// unwind out of the release fails the submission, and `done`, with
+// `Internal`).
+#[test]
+fn a_capture_panicking_in_drop_at_completion_fails_nothing() {
+    let device = device();
+    let queue = device.queue(0).unwrap();
+    let buf = device.buffer(4).unwrap();
+    let (gate, done) = (Semaphore::new(0), Semaphore::new(0));
+    let others: Vec<Semaphore> = (0..4).map(|_| Semaphore::new(0)).collect();
+    let mut other = device.command_buffer().unwrap();
+    other.fill(&buf, 0, 4, &[1]).unwrap();
+    other.end().unwrap();
+    for round in 1..=200u64 {
+        let mut cb = device.command_buffer().unwrap();
+        let capture = PanicsOnDrop;
+        cb.dispatch([2, 1, 1], move |_: &Tile| {
+            let _ = &capture;
+            Ok(())
+        })
+        .unwrap();
+        cb.end().unwrap();
+        // `cb`'s submission holds the last reference once `cb` is dropped;
+        // the others start as it completes, on the scopes it frees.
+        queue
+            .execute(&[(&gate, round)], &[(&done, round)], &[&cb])
+            .unwrap();
+        drop(cb);
+        for s in &others {
+            queue
+                .execute(&[(&done, round)], &[(s, round)], &[&other])
+                .unwrap();
+        }
+        gate.signal(round).unwrap();
+        for s in &others {
+            s.wait(round, T).unwrap();
+        }
+    }
+    assert_eq!(done.query().unwrap(), 200);
+}

@@ -148,6 +148,8 @@ impl CpuBackend {
             // submission can reuse it.
             let _ = finish_scope.take_error();
             backend.free_scopes.push(finish_scope.into_handle());
+            let mut work = work;
+            super::release_recordings(work.payload_mut());
             work.complete(result);
         });
         match (built, finally) {

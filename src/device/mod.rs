@@ -45,6 +45,21 @@ pub(crate) enum Work {
     },
 }
 
+/// Gives back a finished submission's command buffers before it signals,
+/// so that whoever sees the signal finds the recordings released (a frame
+/// loop then needs no more recordings than frames in flight).
+///
+/// If this releases the last reference to a recording, its captures are
+/// dropped here; a capture whose `Drop` panics is caught and the panic
+/// dropped: the submission's outcome was decided by its work, and no
+/// other submission may be failed for it.
+pub(crate) fn release_recordings(work: &mut Work) {
+    if let Work::Execute { .. } = work {
+        let recordings = std::mem::replace(work, Work::Barrier);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(recordings)));
+    }
+}
+
 /// How the CPU device is shaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuConfig {
