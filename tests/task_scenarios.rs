@@ -586,3 +586,55 @@ fn thousand_serial_submissions_each_checked() {
         assert_eq!(value.load(Ordering::SeqCst), i);
     }
 }
+
+// A wait task whose deadline passes while a signal reaches its value: a
+// worker expiring it cancels its timepoint with no lock held, and the
+// callback, if the signal fired it first, leaves the requeue to that
+// worker (or does it itself, when the worker found it not yet run). Each
+// wait must run its successor exactly once, with `Ok` or
+// `DeadlineExceeded`. (Mutation checked: an expiring worker that ignores
+// a callback's report strands the task: `wait_idle` times out, the
+// pending check fails, and the executor's drop then hangs on the stranded
+// task, so CI's time limit reports it too.)
+#[test]
+fn a_wait_expiring_while_a_signal_fires_it_completes_once() {
+    let exec = exec();
+    let scope = Scope::new();
+    let ran = Arc::new(AtomicUsize::new(0));
+    for round in 0..300u64 {
+        let sem = Semaphore::new(0);
+        let mut g = exec.graph(&scope);
+        let w = g
+            .wait(&sem, 1, Duration::from_micros(200 + (round % 7) * 50))
+            .unwrap();
+        let r = ran.clone();
+        let f = g
+            .finally(move |_| {
+                r.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        g.set_completion(w, f).unwrap();
+        g.submit();
+        let signaller = {
+            let sem = sem.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(150 + (round % 5) * 40));
+                sem.signal(1).unwrap();
+            })
+        };
+        match scope.wait_idle(Duration::from_secs(10)) {
+            Ok(()) => {}
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::DeadlineExceeded, "round {round}: {e}");
+                assert_eq!(scope.pending(), 0, "round {round}: stranded");
+                let _ = scope.take_error();
+            }
+        }
+        signaller.join().unwrap();
+        assert_eq!(
+            ran.load(Ordering::Relaxed),
+            round as usize + 1,
+            "round {round}"
+        );
+    }
+}

@@ -157,3 +157,109 @@ fn event_handle_clone_and_drop_across_threads_returns_once() {
         drop(a);
     });
 }
+
+// The list's turn (see `semaphore.rs`): registrations and signals never
+// wait for it; whoever holds it serves every request before giving it back.
+// Mutations checked, each fails a model below: giving the turn back with a
+// plain store instead of the CAS that fails on a new request (a request
+// made during the last pass is lost: a timepoint never fires); reading the
+// value in a pass with a plain load instead of a read-modify-write (a
+// signal whose CAS came first is missed); counting a registration in
+// `waiting` after it asked for a pass instead of before (a signal reads 0
+// and asks for no pass); linking a newly registered timepoint whose value
+// the pass's value already reaches instead of firing it (the list is
+// scanned again only once the value moves: it would wait for a later
+// signal).
+//
+// Signals and registrations never wait: each is one read-modify-write on
+// the turn word (no loop), which is why no model needs to check it.
+
+#[test]
+fn two_registrations_and_a_signal_fire_each_timepoint_once() {
+    loom::model(|| {
+        let s = Semaphore::new(0);
+        let counter = Arc::new(AtomicUsize::new(0));
+        let (a, b) = (
+            Arc::new(Tp::new(1, &counter)),
+            Arc::new(Tp::new(1, &counter)),
+        );
+        let other = {
+            let (s, b) = (s.clone(), b.clone());
+            // SAFETY: `b` outlives its firing (joined before the drop).
+            thread::spawn(move || unsafe { s.register(b.0) })
+        };
+        let signaller = {
+            let s = s.clone();
+            thread::spawn(move || s.signal(1).unwrap())
+        };
+        // SAFETY: `a` outlives its firing.
+        let answer_a = unsafe { s.register(a.0) };
+        let answer_b = other.join().unwrap();
+        signaller.join().unwrap();
+        let pending = [&answer_a, &answer_b]
+            .iter()
+            .filter(|r| matches!(r, Registration::Pending))
+            .count();
+        for r in [&answer_a, &answer_b] {
+            assert!(!matches!(r, Registration::Failed(_)));
+        }
+        assert_eq!(
+            counter.load(Ordering::SeqCst),
+            pending,
+            "each pending one fires once"
+        );
+    });
+}
+
+#[test]
+fn a_signal_while_a_cancel_holds_the_turn_is_not_lost() {
+    loom::model(|| {
+        let s = Semaphore::new(0);
+        let counter = Arc::new(AtomicUsize::new(0));
+        let (a, b) = (Tp::new(1, &counter), Tp::new(2, &counter));
+        // SAFETY: both outlive the model's threads.
+        assert!(matches!(unsafe { s.register(a.0) }, Registration::Pending));
+        assert!(matches!(unsafe { s.register(b.0) }, Registration::Pending));
+        let signaller = {
+            let s = s.clone();
+            thread::spawn(move || s.signal(2).unwrap())
+        };
+        // SAFETY: registered on `s`.
+        let cancelled = unsafe { s.cancel(a.0) };
+        signaller.join().unwrap();
+        // `b` always fires; `a` fires unless cancelled first.
+        assert_eq!(counter.load(Ordering::SeqCst), 1 + usize::from(!cancelled));
+    });
+}
+
+#[test]
+fn fail_racing_a_registration_and_a_signal_answers_each_once() {
+    loom::model(|| {
+        let s = Semaphore::new(0);
+        let counter = Arc::new(AtomicUsize::new(0));
+        let a = Arc::new(Tp::new(2, &counter));
+        let failer = {
+            let s = s.clone();
+            thread::spawn(move || s.fail(Error::new(ErrorKind::Aborted, "x")))
+        };
+        let signaller = {
+            let s = s.clone();
+            thread::spawn(move || {
+                let _ = s.signal(1); // may come after the failure
+            })
+        };
+        // SAFETY: `a` outlives its firing.
+        let answer = unsafe { s.register(a.0) };
+        failer.join().unwrap();
+        signaller.join().unwrap();
+        let fired = counter.load(Ordering::SeqCst);
+        match answer {
+            Registration::Failed(e) => {
+                assert_eq!(e.kind(), ErrorKind::Aborted);
+                assert_eq!(fired, 0);
+            }
+            Registration::Pending => assert_eq!(fired, 1 << 16, "once, with the error"),
+            Registration::Reached => panic!("2 was never signalled"),
+        }
+    });
+}

@@ -3,19 +3,33 @@
 //! # Synchronization
 //!
 //! `value` is the only thing the fast paths touch: `query` is one load,
-//! `signal` one CAS and, when nobody waits, one more load. Registered
-//! timepoints sit in a list ordered by value behind a short critical section
-//! (a `Mutex`), held for O(k + 1) work when k timepoints fire and never while
-//! a callback runs. The list is **not** lock-free; the fast paths are.
+//! `signal` one CAS and, when nobody waits, one more load.
 //!
-//! No lost wake-up: a registration stores `waiting` and then reads `value`
-//! with a read-modify-write; a signal CASes `value` (acquire-release) and
-//! then reads `waiting`. RMWs on `value` are totally ordered: if the
-//! registration's RMW comes first, the signal's CAS acquires it and sees
-//! `waiting != 0`, so it takes the lock and fires the timepoint; if the
-//! signal's CAS comes first, the registration reads the new value and
-//! answers "reached". Who unlinks a timepoint, under the lock, fires it, so
-//! it fires exactly once.
+//! Registered timepoints sit in a list ordered by value that one thread at
+//! a time works on: the one holding the **turn** (`LOCKED` in `turn`). The
+//! list is never waited for by a signal or a registration (the drain
+//! protocol the pending queue uses): a registration pushes its timepoint
+//! on a lock-free inbox, a signal or a failure only needs a pass over the
+//! list; both then set `REQUEST` and take the turn if it is free, in one
+//! read-modify-write. Whoever holds the turn passes until no request is
+//! left: it merges the inbox into the list (sorted), reads the value with
+//! a read-modify-write, unlinks what it reaches (everything if failed),
+//! and gives the turn back with a CAS that fails while a new request is
+//! pending. The timepoints it unlinked fire after that, with no turn held,
+//! so a callback never runs while another thread could be waiting for the
+//! turn. Only `cancel` waits for the turn (it must unlink its timepoint
+//! before its memory is reused), and then only for another thread's list
+//! work, never for a callback.
+//!
+//! No lost wake-up: a registration counts itself in `waiting`, pushes on
+//! the inbox and requests a pass; a signal CASes `value` (acquire-release)
+//! and then, if `waiting` is not zero, requests a pass. A pass reads
+//! `value` with a read-modify-write, so RMWs on `value` order it with the
+//! signal: if the pass reads the signalled value, it fires the timepoint;
+//! if it read the value before, the signal's CAS acquired that read, which
+//! came after the registration's count, so the signal sees `waiting != 0`
+//! and requests another pass, which reads the signalled value. Who unlinks
+//! a timepoint, holding the turn, fires it, so it fires exactly once.
 
 use std::fmt;
 use std::ptr::{self, NonNull};
@@ -25,10 +39,10 @@ use crossbeam_utils::CachePadded;
 use super::event_pool::AnyEvent;
 use super::timepoint::Timepoint;
 use crate::error::{Error, ErrorKind};
-use crate::list::{DList, Handle};
-use crate::semaphore::timepoint::TimepointLink;
+use crate::list::{DList, Handle, TransferStack};
+use crate::semaphore::timepoint::{TimepointInbox, TimepointLink};
 use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use crate::sync::{Arc, Mutex, MutexGuard};
+use crate::sync::{Arc, Mutex, MutexGuard, UnsafeCell};
 use crate::unwind::FirstPanic;
 
 /// The value that marks a failed semaphore; never a valid payload.
@@ -62,12 +76,47 @@ pub struct Semaphore {
 
 struct Inner {
     value: CachePadded<AtomicU64>,
-    /// Timepoints in `waiters.list`; written under the lock, read by signals.
+    /// Timepoints registered and not yet unlinked (in the inbox or the
+    /// list): counted by registrations, uncounted by the turn's holder;
+    /// read by signals.
     waiting: AtomicUsize,
     /// The first failure, set once before `value` becomes `FAILED_VALUE`.
     failure: AtomicPtr<Error>,
-    waiters: Mutex<Waiters>,
+    /// `LOCKED`: a thread holds the turn (works on `list`); `REQUEST`: a
+    /// pass was asked for since the holder last looked.
+    turn: AtomicUsize,
+    /// Registrations not merged into the list yet.
+    inbox: TransferStack<TimepointInbox>,
+    /// Registered timepoints, ordered by value (ties in registration
+    /// order): touched only by the thread holding the turn.
+    list: UnsafeCell<DList<TimepointLink>>,
+    /// Timepoints compared or unlinked so far (a cost counter for tests);
+    /// written only by the turn's holder.
+    examined: AtomicU64,
+    /// The value the list was last scanned at: no linked timepoint's value
+    /// is at or below it. Written only by the turn's holder.
+    scanned: AtomicU64,
+    /// Recorded device events and the value each brings the semaphore to
+    /// (CUDA devices only).
+    device: Mutex<[Option<(u64, AnyEvent)>; DEVICE_SIGNALS]>,
 }
+
+/// `Inner::turn`: a thread works on the list.
+const LOCKED: usize = 1;
+/// `Inner::turn`: a pass over the list was asked for.
+const REQUEST: usize = 2;
+
+// SAFETY: `list` is touched only by the thread holding the turn (`turn`'s
+// `LOCKED`, taken with acquire and given back with release); everything
+// else is atomic or behind a mutex.
+unsafe impl Sync for Inner {}
+// SAFETY: as above; the timepoints the list points to are `Send`.
+unsafe impl Send for Inner {}
+// A panic never leaves the list half-changed: no user code runs while the
+// turn is held (callbacks run after it is given back), so a semaphore is as
+// unwind-safe as it was with its former mutex.
+impl std::panic::RefUnwindSafe for Inner {}
+impl std::panic::UnwindSafe for Inner {}
 
 /// Device signals one semaphore remembers at once.
 pub const DEVICE_SIGNALS: usize = 8;
@@ -75,24 +124,15 @@ pub const DEVICE_SIGNALS: usize = 8;
 /// Pruned device signals, dropped after the lock is released (no heap).
 type Stale = [Option<AnyEvent>; DEVICE_SIGNALS];
 
-/// State guarded by the semaphore's lock.
-struct Waiters {
-    /// Registered timepoints, ordered by value (ties in registration order).
-    list: DList<TimepointLink>,
-    /// Timepoints compared or unlinked so far (a cost counter for tests).
-    examined: u64,
-    /// Recorded device events and the value each brings the semaphore to.
-    device: [Option<(u64, AnyEvent)>; DEVICE_SIGNALS],
-}
+/// The device signals a semaphore remembers.
+type DeviceSignals = [Option<(u64, AnyEvent)>; DEVICE_SIGNALS];
 
-impl Waiters {
-    /// Moves out every device signal at or below `current` (useless: the
-    /// value is already reached) into `out`, to be dropped unlocked.
-    fn prune(&mut self, current: u64, out: &mut Stale) {
-        for (entry, slot) in self.device.iter_mut().zip(out.iter_mut()) {
-            if entry.as_ref().is_some_and(|(v, _)| *v <= current) {
-                *slot = entry.take().map(|(_, e)| e);
-            }
+/// Moves out every device signal at or below `current` (useless: the value
+/// is already reached) into `out`, to be dropped unlocked.
+fn prune(device: &mut DeviceSignals, current: u64, out: &mut Stale) {
+    for (entry, slot) in device.iter_mut().zip(out.iter_mut()) {
+        if entry.as_ref().is_some_and(|(v, _)| *v <= current) {
+            *slot = entry.take().map(|(_, e)| e);
         }
     }
 }
@@ -100,7 +140,8 @@ impl Waiters {
 /// The answer of [`Semaphore::register`].
 #[derive(Debug)]
 pub enum Registration {
-    /// Linked: the callback will run once (unless `cancel` returns `true`).
+    /// Registered: the callback will run once (unless `cancel` returns
+    /// `true`), maybe before `register` returned, on this thread or another.
     Pending,
     /// The value was already reached; the callback will not run.
     Reached,
@@ -143,11 +184,12 @@ impl Semaphore {
                 value: CachePadded::new(AtomicU64::new(initial.min(FAILED_VALUE - 1))),
                 waiting: AtomicUsize::new(0),
                 failure: AtomicPtr::new(ptr::null_mut()),
-                waiters: Mutex::new(Waiters {
-                    list: DList::new(),
-                    examined: 0,
-                    device: Default::default(),
-                }),
+                turn: AtomicUsize::new(0),
+                inbox: TransferStack::new(),
+                list: UnsafeCell::new(DList::new()),
+                examined: AtomicU64::new(0),
+                scanned: AtomicU64::new(initial.min(FAILED_VALUE - 1)),
+                device: Mutex::new(Default::default()),
             }),
         }
     }
@@ -249,7 +291,7 @@ impl Semaphore {
             }
         }
         if inner.waiting.load(Ordering::Relaxed) != 0 {
-            inner.fire_reached();
+            inner.request_pass();
         }
         Ok(())
     }
@@ -284,19 +326,14 @@ impl Semaphore {
             drop(unsafe { Box::from_raw(boxed) });
             return;
         }
-        // AcqRel: pairs with registrations' RMWs like a signal's CAS.
+        // AcqRel: ordered with passes' reads of the value like a signal's
+        // CAS.
         inner.value.swap(FAILED_VALUE, Ordering::AcqRel);
-        let error = inner.failure();
-        let (fired, events) = {
-            let mut waiters = inner.lock();
-            let fired = waiters.list.take_all();
-            mark_unlinked(&fired);
-            waiters.examined += fired.len() as u64;
-            inner.waiting.store(0, Ordering::Relaxed);
-            (fired, std::mem::take(&mut waiters.device))
-        };
+        // Unconditionally (not only when `waiting` says so): the pass fires
+        // every registered timepoint with the error.
+        inner.request_pass();
+        let events = std::mem::take(&mut *inner.lock_device());
         drop(events);
-        fire_all(fired, Err(error));
     }
 
     /// Records that a device event, once complete, brings this semaphore to
@@ -309,13 +346,13 @@ impl Semaphore {
     pub fn record_device_signal(&self, value: u64, event: AnyEvent) -> bool {
         let mut stale: Stale = Default::default();
         let recorded = {
-            let mut waiters = self.inner.lock();
+            let mut device = self.inner.lock_device();
             let current = self.inner.value.load(Ordering::Acquire);
             if current == FAILED_VALUE || value <= current {
                 false
             } else {
-                waiters.prune(current, &mut stale);
-                match waiters.device.iter_mut().find(|e| e.is_none()) {
+                prune(&mut device, current, &mut stale);
+                match device.iter_mut().find(|e| e.is_none()) {
                     Some(slot) => {
                         *slot = Some((value, event.clone()));
                         true
@@ -334,13 +371,12 @@ impl Semaphore {
     pub fn device_signal_reaching(&self, value: u64) -> Option<(u64, AnyEvent)> {
         let mut stale: Stale = Default::default();
         let found = {
-            let mut waiters = self.inner.lock();
+            let mut device = self.inner.lock_device();
             let current = self.inner.value.load(Ordering::Acquire);
             if current != FAILED_VALUE {
-                waiters.prune(current, &mut stale);
+                prune(&mut device, current, &mut stale);
             }
-            waiters
-                .device
+            device
                 .iter()
                 .flatten()
                 .filter(|(v, _)| *v >= value)
@@ -352,8 +388,17 @@ impl Semaphore {
     }
 
     /// Registers `tp` to fire when the value reaches `tp.value()` or the
-    /// semaphore fails. O(1) when values are registered in increasing
-    /// order (the common chain), O(n) at worst.
+    /// semaphore fails. Never waits for another thread: the timepoint goes
+    /// on a lock-free inbox, and the thread holding the list's turn (this
+    /// one, if the turn is free) links it at its place: O(1) when values
+    /// are registered in increasing order (the common chain), O(n) at
+    /// worst.
+    ///
+    /// `Reached` and `Failed` are answered only when the value check before
+    /// registering says so; a value reached while registering is answered
+    /// `Pending`, and the callback runs (possibly on this thread, before
+    /// `register` returns: the caller must hold no lock its callback
+    /// takes).
     ///
     /// # Safety
     /// `tp` is valid, not registered anywhere, and stays valid and unmoved
@@ -367,34 +412,14 @@ impl Semaphore {
         if let Some(done) = inner.check(target) {
             return done;
         }
-        let mut waiters = inner.lock();
-        let n = waiters.list.len();
-        inner.waiting.store(n + 1, Ordering::Relaxed);
-        // An RMW, not a load: it reads the latest value in `value`'s total
-        // order and releases the `waiting` store to the next signal's CAS.
-        let current = inner.value.fetch_add(0, Ordering::AcqRel);
-        if current == FAILED_VALUE || current >= target {
-            inner.waiting.store(n, Ordering::Relaxed);
-            drop(waiters);
-            return inner.check(target).unwrap_or(Registration::Reached);
-        }
-        // Insert after the last timepoint with a value <= target.
-        let mut at = waiters.list.back();
-        while let Some(node) = at {
-            waiters.examined += 1;
-            // SAFETY: linked nodes are valid (their owners' contract).
-            if unsafe { node.as_ref() }.value() <= target {
-                break;
-            }
-            // SAFETY: `node` is linked in this list.
-            at = unsafe { waiters.list.prev(node) };
-        }
+        // Counted before it can be seen: a signal that reads `waiting`
+        // after our pass read the value sees it (see the module docs).
+        inner.waiting.fetch_add(1, Ordering::Relaxed);
         // SAFETY: `tp` is ours to link (contract: valid until it fires or
-        // is cancelled, and not registered anywhere), `at` is linked here.
-        unsafe {
-            waiters.list.insert_after(at, Handle::from_raw(tp));
-            tp.as_ref().linked.with_mut(|l| *l = true);
-        }
+        // is cancelled, and not registered anywhere); the inbox is its
+        // first list.
+        inner.inbox.push(unsafe { Handle::from_raw(tp) });
+        inner.request_pass();
         Registration::Pending
     }
 
@@ -402,25 +427,36 @@ impl Semaphore {
     /// will never run; `false` means it is not linked: its callback has run
     /// or is running (or it was never registered).
     ///
+    /// The one semaphore operation that may wait for another thread: while
+    /// a signal, a failure or a registration works on the list (O(k + 1)
+    /// list work; callbacks run after it), so that `tp` is unlinked before
+    /// this returns.
+    ///
     /// # Safety
     /// `tp` is valid and was registered on this semaphore (or never
     /// registered anywhere).
     #[must_use = "`false` means the callback is running or ran: the timepoint may not be reused until it is done"]
     pub unsafe fn cancel(&self, tp: NonNull<Timepoint>) -> bool {
         let inner = &*self.inner;
-        let mut waiters = inner.lock();
-        // SAFETY: valid per contract; `linked` is guarded by this lock.
+        inner.take_turn();
+        let (mut reached, mut failed) = (DList::new(), DList::new());
+        // Serves the requests so far, which links `tp` if it is still in
+        // the inbox (or fires it, if its value is reached).
+        inner.round(&mut reached, &mut failed);
+        // SAFETY: we hold the turn.
+        let list = unsafe { inner.list_mut() };
+        // SAFETY: valid per contract; `linked` is the turn holder's.
         let linked = unsafe { tp.as_ref() }.linked.with(|l| unsafe { *l });
-        if !linked {
-            return false;
+        if linked {
+            // SAFETY: linked in this semaphore's list (contract + flag).
+            unsafe {
+                let _ = list.remove(tp);
+                tp.as_ref().linked.with_mut(|l| *l = false);
+            }
+            inner.waiting.fetch_sub(1, Ordering::Relaxed);
         }
-        // SAFETY: linked in this semaphore's list (contract + flag).
-        unsafe {
-            let _ = waiters.list.remove(tp);
-            tp.as_ref().linked.with_mut(|l| *l = false);
-        }
-        inner.waiting.store(waiters.list.len(), Ordering::Relaxed);
-        true
+        inner.finish_turn(reached, failed);
+        linked
     }
 
     /// Timepoints this semaphore has compared or unlinked so far: a cost
@@ -428,15 +464,200 @@ impl Semaphore {
     /// the number of timepoints left registered.
     #[doc(hidden)]
     pub fn timepoints_examined(&self) -> u64 {
-        self.inner.lock().examined
+        self.inner.examined.load(Ordering::Relaxed)
     }
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, Waiters> {
+    fn lock_device(&self) -> MutexGuard<'_, DeviceSignals> {
         // A panic cannot happen while the lock is held (no user code runs
         // under it), so poisoning is impossible; recover anyway.
-        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
+        self.device.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The list.
+    ///
+    /// # Safety
+    /// The caller holds the turn, and makes no other reference to the list
+    /// while this one lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn list_mut(&self) -> &mut DList<TimepointLink> {
+        // SAFETY: per contract, the turn makes this access exclusive.
+        self.list.with_mut(|l| unsafe { &mut *l })
+    }
+
+    /// Asks for a pass over the list, and runs it (with any asked for
+    /// meanwhile) if no other thread holds the turn; otherwise the holder
+    /// runs it before giving the turn back. Never waits.
+    fn request_pass(&self) {
+        // AcqRel: Release hands what we did before (an inbox push, a new
+        // value) to the holder that sees the request; Acquire takes the list
+        // from the last holder if the turn is ours.
+        if self.turn.fetch_or(LOCKED | REQUEST, Ordering::AcqRel) & LOCKED == 0 {
+            self.pass();
+        }
+    }
+
+    /// Takes the turn, waiting while another thread holds it: only for its
+    /// list work (passes fire callbacks after giving the turn back). For
+    /// `cancel`, which must unlink before returning.
+    fn take_turn(&self) {
+        #[cfg(not(fenceline_loom))]
+        let mut spins = 0u32;
+        loop {
+            let now = self.turn.load(Ordering::Relaxed);
+            // Acquire: takes the list from the last holder.
+            if now & LOCKED == 0
+                && self
+                    .turn
+                    .compare_exchange_weak(now, now | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+            #[cfg(not(fenceline_loom))]
+            {
+                if spins < 64 {
+                    crate::sync::hint::spin_loop();
+                } else {
+                    crate::sync::thread::yield_now();
+                }
+                spins = spins.saturating_add(1);
+            }
+            #[cfg(fenceline_loom)]
+            crate::sync::hint::spin_loop();
+        }
+    }
+
+    /// Moves the inbox into the list, each at its place by value, or into
+    /// `reached` if `current` reaches it. O(1) per timepoint when values
+    /// are registered in increasing order (the common chain), O(n) at
+    /// worst. Returns how many went to `reached`.
+    fn merge_inbox(
+        &self,
+        list: &mut DList<TimepointLink>,
+        current: u64,
+        reached: &mut DList<TimepointLink>,
+    ) -> usize {
+        let mut new = self.inbox.take_all();
+        let (mut examined, mut fired) = (0, 0);
+        while let Some(handle) = new.pop_front() {
+            let tp = handle.into_raw();
+            // SAFETY: registered timepoints are valid until fired.
+            let target = unsafe { tp.as_ref() }.value();
+            examined += 1;
+            if target <= current {
+                // SAFETY: off the inbox, so in no list through these links.
+                reached.push_back(unsafe { Handle::from_raw(tp) });
+                fired += 1;
+                continue;
+            }
+            // Insert after the last timepoint with a value <= target.
+            let mut at = list.back();
+            while let Some(node) = at {
+                // SAFETY: linked nodes are valid (their owners' contract).
+                if unsafe { node.as_ref() }.value() <= target {
+                    break;
+                }
+                examined += 1;
+                // SAFETY: `node` is linked in this list.
+                at = unsafe { list.prev(node) };
+            }
+            // SAFETY: `tp` came off the inbox, so it is in no list through
+            // these links; `at` is linked here; the flag is the turn
+            // holder's.
+            unsafe {
+                list.insert_after(at, Handle::from_raw(tp));
+                tp.as_ref().linked.with_mut(|l| *l = true);
+            }
+        }
+        self.add_examined(examined);
+        fired
+    }
+
+    /// Counts list work (the turn's holder is the only writer).
+    fn add_examined(&self, n: u64) {
+        if n > 0 {
+            let now = self.examined.load(Ordering::Relaxed);
+            self.examined.store(now + n, Ordering::Relaxed);
+        }
+    }
+
+    /// Run by the turn's holder: passes until no request is left, gives
+    /// the turn back, then fires what the passes unlinked.
+    fn pass(&self) {
+        let (mut reached, mut failed) = (DList::new(), DList::new());
+        self.round(&mut reached, &mut failed);
+        self.finish_turn(reached, failed);
+    }
+
+    /// One pass, by the turn's holder: serves every request made so far.
+    /// Reads the value, unlinks what it reaches (only if it moved since the
+    /// last scan: O(k + 1) for k unlinked), merges the inbox; everything
+    /// if the semaphore failed.
+    fn round(&self, reached: &mut DList<TimepointLink>, failed: &mut DList<TimepointLink>) {
+        // Acquire: what requesters did before asking (inbox pushes) is
+        // visible.
+        self.turn.fetch_and(!REQUEST, Ordering::Acquire);
+        // SAFETY: we hold the turn.
+        let list = unsafe { self.list_mut() };
+        // A read-modify-write: the latest value, ordered with signals'
+        // CASes (see the module docs).
+        let current = self.value.fetch_add(0, Ordering::AcqRel);
+        let mut unlinked = 0;
+        if current == FAILED_VALUE {
+            let mut none = DList::new();
+            unlinked += self.merge_inbox(list, FAILED_VALUE, &mut none);
+            failed.append(&mut none);
+            let all = &mut list.take_all();
+            unlinked += all.len();
+            mark_unlinked(all);
+            failed.append(all);
+        } else {
+            if current != self.scanned.load(Ordering::Relaxed) {
+                let mut examined = 0;
+                while let Some(node) = list.front() {
+                    examined += 1;
+                    // SAFETY: linked nodes are valid.
+                    if unsafe { node.as_ref() }.value() > current {
+                        break;
+                    }
+                    // SAFETY: valid until fired; the flag is the turn
+                    // holder's.
+                    unsafe { node.as_ref() }
+                        .linked
+                        .with_mut(|l| unsafe { *l = false });
+                    reached.extend(list.pop_front());
+                    unlinked += 1;
+                }
+                self.add_examined(examined);
+                self.scanned.store(current, Ordering::Relaxed);
+            }
+            unlinked += self.merge_inbox(list, current, reached);
+        }
+        if unlinked > 0 {
+            self.waiting.fetch_sub(unlinked, Ordering::Relaxed);
+        }
+    }
+
+    /// Gives the turn back, passing again while requests came in since the
+    /// last pass, then fires `reached` and `failed` with no turn held.
+    fn finish_turn(&self, mut reached: DList<TimepointLink>, mut failed: DList<TimepointLink>) {
+        // Release: the next holder takes the list as we leave it. Fails
+        // while a request came in since the last pass: pass again.
+        while self
+            .turn
+            .compare_exchange(LOCKED, 0, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            self.round(&mut reached, &mut failed);
+        }
+        let mut panicked = FirstPanic::default();
+        panicked.run(|| fire_all(reached, Ok(())));
+        if !failed.is_empty() {
+            panicked.run(|| fire_all(failed, Err(self.failure())));
+        }
+        panicked.resume();
     }
 
     /// The stored failure. Only called once `value == FAILED_VALUE` was seen,
@@ -458,61 +679,30 @@ impl Inner {
             _ => None,
         }
     }
-
-    /// Unlinks every timepoint the current value reaches and fires them
-    /// after unlocking. O(k + 1) for k fired.
-    #[cold]
-    fn fire_reached(&self) {
-        let mut fired = DList::new();
-        {
-            let mut waiters = self.lock();
-            let current = self.value.load(Ordering::Acquire);
-            if current == FAILED_VALUE {
-                return; // `fail` fires everything
-            }
-            while let Some(node) = waiters.list.front() {
-                waiters.examined += 1;
-                // SAFETY: linked nodes are valid.
-                if unsafe { node.as_ref() }.value() > current {
-                    break;
-                }
-                // SAFETY: valid until fired; the flag is guarded by the lock
-                // we hold.
-                unsafe { node.as_ref() }
-                    .linked
-                    .with_mut(|l| unsafe { *l = false });
-                // Moves from the semaphore's list to ours, still valid until
-                // fired.
-                fired.extend(waiters.list.pop_front());
-            }
-            self.waiting.store(waiters.list.len(), Ordering::Relaxed);
-        }
-        fire_all(fired, Ok(()));
-    }
 }
 
 /// Clears the `linked` flag of every node of `taken` (just unlinked from a
-/// semaphore's list). Must run under that semaphore's lock, so a `cancel`
-/// never sees a stale `true`.
+/// semaphore's list). Run by the turn's holder, so a `cancel` never sees a
+/// stale `true`.
 fn mark_unlinked(taken: &DList<TimepointLink>) {
     for node in taken.iter() {
-        // SAFETY: the nodes are valid until fired; the flag is guarded by the
-        // lock our caller holds.
+        // SAFETY: the nodes are valid until fired; the flag is the turn
+        // holder's.
         unsafe { node.as_ref() }
             .linked
             .with_mut(|l| unsafe { *l = false });
     }
 }
 
-/// Fires each timepoint of `fired` (unlinked, flags cleared), with no lock
+/// Fires each timepoint of `fired` (unlinked, flags cleared), with no turn
 /// held. A panicking callback does not keep the others from firing (a
 /// host waiter would wait forever for its node); the first panic goes on
 /// unwinding once every one has fired.
 fn fire_all(mut fired: DList<TimepointLink>, result: Result<(), Error>) {
     let mut panicked = FirstPanic::default();
     while let Some(node) = fired.pop_front().map(Handle::into_raw) {
-        // SAFETY: unlinked under the lock and now owned by us; popped from
-        // our local list before the callback may free it.
+        // SAFETY: unlinked by the turn's holder and now owned by us; popped
+        // from our local list before the callback may free it.
         panicked.run(|| unsafe { Timepoint::fire(node, result.clone()) });
     }
     panicked.resume();
@@ -520,10 +710,15 @@ fn fire_all(mut fired: DList<TimepointLink>, result: Result<(), Error>) {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let waiters = self.waiters.get_mut().unwrap_or_else(|p| p.into_inner());
-        let stranded = waiters.list.take_all();
+        // `&mut self`: the turn is ours.
+        // SAFETY: exclusive access.
+        let list = unsafe { self.list_mut() };
+        let mut stranded = DList::new();
+        let _ = self.merge_inbox(list, FAILED_VALUE, &mut stranded);
+        let mut rest = list.take_all();
+        stranded.append(&mut rest);
         mark_unlinked(&stranded);
-        waiters.device = Default::default();
+        *self.lock_device() = Default::default();
         fire_all(
             stranded,
             Err(Error::new(

@@ -23,7 +23,7 @@ use std::fmt;
 use std::ptr::NonNull;
 
 use crate::error::Error;
-use crate::list::DoubleLinks;
+use crate::list::{DoubleLinks, SingleLinks};
 use crate::pool::{BlockPool, BlockPoolConfig, RawBlock};
 use crate::sync::UnsafeCell;
 
@@ -38,11 +38,13 @@ pub type TimepointFn = unsafe fn(timepoint: NonNull<Timepoint>, result: Result<(
 /// An intrusive "value reached" notification. See the [module docs](self).
 pub struct Timepoint {
     pub(crate) links: DoubleLinks<Timepoint>,
+    /// Its place in the semaphore's inbox of new registrations.
+    pub(crate) inbox: SingleLinks<Timepoint>,
     value: u64,
     callback: TimepointFn,
     context: *const (),
     /// Whether the timepoint is in a semaphore's list; read and written
-    /// only under that semaphore's lock.
+    /// only by the thread holding that semaphore's turn.
     pub(crate) linked: UnsafeCell<bool>,
     /// Block index when the timepoint came from a [`TimepointPool`].
     pool_index: u32,
@@ -52,12 +54,18 @@ crate::link!(
     /// signaller's local list of callbacks to run).
     pub(crate) TimepointLink: DoubleLinks<Timepoint> => links
 );
+crate::link!(
+    /// A timepoint's place in its semaphore's inbox, from `register` until
+    /// the turn's holder merges it into the list.
+    pub(crate) TimepointInbox: SingleLinks<Timepoint> => inbox
+);
 
 // SAFETY: the raw context pointer is the owner's business (its callback
 // decides how it is used); everything else is plain data or guarded by the
 // semaphore's lock.
 unsafe impl Send for Timepoint {}
-// SAFETY: shared access to the fields goes through the semaphore's lock.
+// SAFETY: shared access to the non-atomic fields is by the thread holding
+// the semaphore's turn, or through the inbox's release/acquire hand-off.
 unsafe impl Sync for Timepoint {}
 
 impl fmt::Debug for Timepoint {
@@ -74,6 +82,7 @@ impl Timepoint {
     pub fn new(value: u64, callback: TimepointFn, context: *const ()) -> Timepoint {
         Timepoint {
             links: DoubleLinks::new(),
+            inbox: SingleLinks::new(),
             value,
             callback,
             context,

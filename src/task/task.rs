@@ -12,7 +12,9 @@ use crate::sync::atomic::{AtomicU32, Ordering};
 use crate::sync::Cell;
 
 /// Bytes of payload after the 64-byte header.
-pub(crate) const PAYLOAD: usize = 192;
+/// (Larger under loom, whose cells and atomics carry tracking state: a
+/// wait task's timepoint does not fit 192 bytes there.)
+pub(crate) const PAYLOAD: usize = if cfg!(fenceline_loom) { 320 } else { 192 };
 /// Bytes of one task block (header + payload): 256 (asserted), more under
 /// loom, whose atomics are larger.
 pub(crate) const TASK_BLOCK: usize = mem::size_of::<Task>();

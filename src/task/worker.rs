@@ -147,6 +147,12 @@ impl ExecutorState {
                 return;
             }
         }
+        // `notify` counted a sleeper, but no flag says which: it is waking
+        // already, or its flag is not visible here yet. Unpark them all: an
+        // unpark the worker did not need only costs it a look at the epoch.
+        for slot in self.slots.iter() {
+            unpark(slot);
+        }
     }
 
     /// Starts the shutdown: workers exit once no task is left.
@@ -444,6 +450,7 @@ impl Worker {
         let shutdown = self.shared.shutdown.load(Ordering::Acquire);
         let now = Instant::now();
         let mut ready = SList::<QueueLink>::new();
+        let mut due_waits = DList::<WaitLink>::new();
         {
             let mut waits = self.shared.lock_waits();
             let mut cursor = waits.front();
@@ -452,19 +459,23 @@ impl Worker {
                 cursor = unsafe { waits.next(w) };
                 // SAFETY: listed, hence alive.
                 let due = shutdown || unsafe { w.as_ref() }.deadline.is_some_and(|d| d <= now);
-                if !due {
-                    continue;
-                }
-                // SAFETY: listed, hence alive and linked here.
-                if let Some(task) = unsafe { WaitState::expire(w, &mut waits, shutdown) } {
-                    // SAFETY: the expired wait's task is ours to requeue, in
-                    // no queue.
-                    ready.push_back(unsafe { Handle::from_raw(task) });
+                if due {
+                    // SAFETY: listed, hence alive and linked here.
+                    due_waits.push_back(unsafe { WaitState::take_for_expiry(w, &mut waits) });
                 }
             }
             self.shared
                 .suspended_waits
                 .store(waits.len(), Ordering::Release);
+        }
+        // Cancelling runs callbacks, which take the list's lock: not held.
+        while let Some(w) = due_waits.pop_front() {
+            // SAFETY: taken for expiry just above.
+            if let Some(task) = unsafe { WaitState::expire(w.into_raw(), &self.shared, shutdown) } {
+                // SAFETY: the expired wait's task is ours to requeue, in no
+                // queue.
+                ready.push_back(unsafe { Handle::from_raw(task) });
+            }
         }
         let any = !ready.is_empty();
         while let Some(t) = ready.pop_front() {

@@ -28,6 +28,12 @@ pub(crate) struct WaitState {
     timepoint: Timepoint,
     /// In `shared.waits`; guarded by that lock.
     listed: crate::sync::Cell<bool>,
+    /// Being expired (timed out or cancelled at shutdown) by a worker that
+    /// took it off `shared.waits`: the callback must not requeue the task
+    /// (the expiring worker does). Guarded by that lock.
+    expiring: crate::sync::Cell<bool>,
+    /// The callback ran while `expiring`. Guarded by that lock.
+    fired: crate::sync::Cell<bool>,
 }
 crate::link!(
     /// A suspended wait's place in the executor's list of parked waits.
@@ -45,36 +51,68 @@ impl WaitState {
             deadline,
             timepoint: Timepoint::new(value, wait_wake, std::ptr::null()),
             listed: crate::sync::Cell::new(false),
+            expiring: crate::sync::Cell::new(false),
+            fired: crate::sync::Cell::new(false),
         }
     }
 
-    /// Cancels a parked wait whose deadline passed (or at shutdown):
-    /// returns its task to requeue, or `None` if its timepoint already
-    /// fired (the callback requeues it).
+    /// Takes a parked wait whose deadline passed (or every one, at
+    /// shutdown) off the executor's list, to expire it with [`expire`]
+    /// once the list's lock is released: its callback will then not
+    /// requeue the task.
     ///
     /// # Safety
     /// `w` is linked in `waits` (the executor's list, locked).
-    pub(crate) unsafe fn expire(
+    pub(crate) unsafe fn take_for_expiry(
         w: NonNull<WaitState>,
         waits: &mut crate::list::DList<WaitLink>,
-        shutdown: bool,
-    ) -> Option<NonNull<Task>> {
+    ) -> crate::list::Handle<WaitLink> {
         // SAFETY: listed, hence alive.
         let state = unsafe { w.as_ref() };
-        // SAFETY: the timepoint was registered on `sem` (it is listed).
-        if !unsafe { state.sem.cancel(NonNull::from(&state.timepoint)) } {
-            return None;
-        }
-        // SAFETY: linked in `waits`.
-        let _ = unsafe { waits.remove(w) };
+        state.expiring.set(true);
         state.listed.set(false);
-        if shutdown {
-            // SAFETY: the task is suspended and now ours.
-            unsafe { state.task.as_ref() }
-                .flags
-                .fetch_or(FLAG_CANCELLED, Ordering::Relaxed);
+        // SAFETY: linked in `waits`.
+        unsafe { waits.remove(w) }
+    }
+
+    /// Expires a wait taken by [`take_for_expiry`], with no lock held (a
+    /// cancel may run callbacks, and wait callbacks take the executor's
+    /// list): returns its task to requeue, or `None` if its callback will
+    /// requeue it. Cancelled in time, the task is flagged cancelled at
+    /// shutdown (or finds its deadline passed when it runs); fired, it
+    /// finds its value reached.
+    ///
+    /// # Safety
+    /// `w` was taken by `take_for_expiry` on `exec`'s list and not since.
+    pub(crate) unsafe fn expire(
+        w: NonNull<WaitState>,
+        exec: &ExecutorState,
+        shutdown: bool,
+    ) -> Option<NonNull<Task>> {
+        // SAFETY: `expiring` keeps the callback from requeueing the task,
+        // so the state is alive until we decide below.
+        let state = unsafe { w.as_ref() };
+        // SAFETY: the timepoint was registered on `sem` (it was listed).
+        let cancelled = unsafe { state.sem.cancel(NonNull::from(&state.timepoint)) };
+        let waits = exec.lock_waits();
+        state.expiring.set(false);
+        if cancelled {
+            // No callback will run: the task is ours.
+            if shutdown {
+                // SAFETY: the task is suspended and now ours.
+                unsafe { state.task.as_ref() }
+                    .flags
+                    .fetch_or(FLAG_CANCELLED, Ordering::Relaxed);
+            }
+            return Some(state.task);
         }
-        Some(state.task)
+        // Fired: if its callback already ran, it left the task to us;
+        // otherwise, seeing `expiring` cleared, it requeues the task itself
+        // (both decided under the list's lock).
+        let ours = state.fired.get();
+        state.fired.set(false);
+        drop(waits);
+        ours.then_some(state.task)
     }
 }
 
@@ -104,6 +142,16 @@ unsafe fn wait_wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     let Some(shared) = state.shared.clone() else {
         unreachable!("a suspended wait task holds its executor");
     };
+    {
+        let waits = shared.lock_waits();
+        if state.expiring.get() {
+            // A worker expiring the wait requeues the task once we report;
+            // after this we touch nothing of it.
+            state.fired.set(true);
+            drop(waits);
+            return;
+        }
+    }
     state.unlist(&shared);
     shared.inject(state.task);
 }
