@@ -3,10 +3,13 @@
 //! - `execute_first_tile`: from `Queue::execute` to the first tile of its
 //!   dispatch starting, with every worker parked (idle 2 ms before each
 //!   sample: `parked`) or right after the previous submission finished
-//!   (workers still spinning: `spinning`).
+//!   (workers still spinning: `spinning`); the floor, `floor_unpark`: from
+//!   `Thread::unpark` of a thread parked (idle 2 ms) until it runs.
 //! - `chain_2queues`: per-hop latency of a semaphore chain whose links
 //!   alternate between two queues: barriers (the queue path alone) and
-//!   1-tile executes (queue + executor).
+//!   1-tile executes (queue + executor); the floor,
+//!   `floor_cacheline_hop`: two threads spinning on one atomic, each hop
+//!   one hand-off of its cache line.
 //!
 //! The pipeline's frame time against rayon + std channels is in
 //! `benches/pipeline.rs` (and `cargo run --release --example pipeline`).
@@ -66,6 +69,40 @@ fn first_tile(c: &mut Criterion) {
             })
         });
     }
+    // The floor: one unpark of a parked thread until it runs.
+    let (t0s, ran) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let parked = {
+        let (base, ran, stop) = (base.clone(), ran.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                std::thread::park();
+                ran.store(base.elapsed().as_nanos() as u64, Ordering::Release);
+            }
+        })
+    };
+    group.bench_function("floor_unpark", |bench| {
+        bench.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                std::thread::sleep(Duration::from_millis(2));
+                let before = ran.load(Ordering::Acquire);
+                let t0 = base.elapsed().as_nanos() as u64;
+                t0s.store(t0, Ordering::Relaxed);
+                parked.thread().unpark();
+                let mut now = ran.load(Ordering::Acquire);
+                while now == before {
+                    std::hint::spin_loop();
+                    now = ran.load(Ordering::Acquire);
+                }
+                total += Duration::from_nanos(now - t0);
+            }
+            total
+        })
+    });
+    stop.store(true, Ordering::Release);
+    parked.thread().unpark();
+    parked.join().unwrap();
     group.finish();
 }
 
@@ -106,6 +143,37 @@ fn chain(c: &mut Criterion) {
             s.wait(N, Timeout::Never).unwrap();
         })
     });
+    // The floor: N one-way hand-offs of one cache line between two
+    // spinning threads (a partner that lives across samples, so no thread
+    // start is counted): it turns every odd value even, we every even one
+    // odd.
+    let turn = Arc::new(AtomicU64::new(0));
+    let partner = {
+        let turn = turn.clone();
+        std::thread::spawn(move || loop {
+            let v = turn.load(Ordering::Acquire);
+            if v == u64::MAX {
+                return;
+            }
+            if v % 2 == 1 {
+                turn.store(v + 1, Ordering::Release);
+            }
+            std::hint::spin_loop();
+        })
+    };
+    group.bench_function("floor_cacheline_hop", |b| {
+        b.iter(|| {
+            let start = turn.load(Ordering::Acquire);
+            for k in (0..N).step_by(2) {
+                turn.store(start + k + 1, Ordering::Release);
+                while turn.load(Ordering::Acquire) != start + k + 2 {
+                    std::hint::spin_loop();
+                }
+            }
+        })
+    });
+    turn.store(u64::MAX, Ordering::Release);
+    partner.join().unwrap();
     group.finish();
 }
 
