@@ -55,29 +55,40 @@ fn check(b: &fenceline::Buffer, counter: &fenceline::Buffer, f: u8, launches: u3
     }
 }
 
-#[test]
-fn one_shot_command_buffers_issue_directly_and_reusable_ones_build_a_graph() {
-    let Some(device) = cuda::device_with(CudaConfig::default()) else {
-        return;
-    };
+/// The CUDA device (or `None`: no driver) and three buffers: two of 64
+/// bytes, one of 4 for the counting kernel.
+fn setup() -> Option<(Device, [fenceline::Buffer; 3])> {
+    let device = cuda::device_with(CudaConfig::default())?;
     cuda::register_test_kernels();
-    let queue = device.queue(0).unwrap();
     let bufs = [
         device.buffer(64).unwrap(),
         device.buffer(64).unwrap(),
         device.buffer(4).unwrap(),
     ];
+    Some((device, bufs))
+}
+
+fn command_buffer(device: &Device, one_shot: bool) -> fenceline::CommandBuffer {
+    if one_shot {
+        device.command_buffer_one_shot().unwrap()
+    } else {
+        device.command_buffer().unwrap()
+    }
+}
+
+#[test]
+fn one_shot_command_buffers_issue_directly_and_reusable_ones_build_a_graph() {
+    let Some((device, bufs)) = setup() else {
+        return;
+    };
+    let queue = device.queue(0).unwrap();
     let [_, b, counter] = &bufs;
     let done = Semaphore::new(0);
     let mut launches = 0;
     for frame in 1..=40u64 {
         let one_shot = frame % 2 == 1;
         let before = cuda::graph_instantiations();
-        let mut cb = if one_shot {
-            device.command_buffer_one_shot().unwrap()
-        } else {
-            device.command_buffer().unwrap()
-        };
+        let mut cb = command_buffer(&device, one_shot);
         record(
             &mut cb,
             &device,
@@ -97,7 +108,7 @@ fn one_shot_command_buffers_issue_directly_and_reusable_ones_build_a_graph() {
     }
     // A one-shot command buffer may be submitted again: every command is
     // issued again.
-    let mut cb = device.command_buffer_one_shot().unwrap();
+    let mut cb = command_buffer(&device, true);
     record(&mut cb, &device, [&bufs[0], &bufs[1], &bufs[2]], 99);
     for frame in 41..=42 {
         queue
@@ -112,24 +123,14 @@ fn one_shot_command_buffers_issue_directly_and_reusable_ones_build_a_graph() {
 
 #[test]
 fn reset_while_a_cuda_submission_of_the_old_recording_waits() {
-    let Some(device) = cuda::device_with(CudaConfig::default()) else {
+    let Some((device, bufs)) = setup() else {
         return;
     };
-    cuda::register_test_kernels();
     let queue = device.queue(0).unwrap();
-    let bufs = [
-        device.buffer(64).unwrap(),
-        device.buffer(64).unwrap(),
-        device.buffer(4).unwrap(),
-    ];
     let (go, done) = (Semaphore::new(0), Semaphore::new(0));
     for one_shot in [false, true] {
         let base = if one_shot { 2 } else { 0 };
-        let mut cb = if one_shot {
-            device.command_buffer_one_shot().unwrap()
-        } else {
-            device.command_buffer().unwrap()
-        };
+        let mut cb = command_buffer(&device, one_shot);
         record(
             &mut cb,
             &device,
