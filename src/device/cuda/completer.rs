@@ -175,6 +175,12 @@ fn run(shared: &CompleterShared, ctx: &Context, stream: &Stream, parker: &Parker
     // Our own thread: the context stays current for its life.
     let _ = ctx.set_current();
     let mut fifo: Completions<CudaBackend> = shared.issued.take_all();
+    // The driver binding loads each entry point on its first call (and
+    // allocates doing so): make the first calls of the rarely taken ones
+    // here, so that a health check or a fallback never allocates later.
+    // Both are harmless on a fresh stream.
+    fail_if_faulted(stream, &mut fifo);
+    let _ = stream.synchronize();
     // `HostFunction`: callbacks already matched to completed actions.
     let mut counted = 0u64;
     loop {

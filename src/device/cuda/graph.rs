@@ -19,6 +19,9 @@ use crate::error::{Error, ErrorKind};
 #[derive(Default)]
 pub(crate) struct PinnedPool {
     free: Mutex<Vec<PinnedMem>>,
+    /// Blocks made so far: the free list's capacity is kept at least this,
+    /// so giving a block back never allocates.
+    made: std::sync::atomic::AtomicUsize,
 }
 
 impl PinnedPool {
@@ -32,7 +35,17 @@ impl PinnedPool {
         };
         let mem = match reused {
             Some(m) => m,
-            None => PinnedMem::new(ctx, size)?,
+            None => {
+                let m = PinnedMem::new(ctx, size)?;
+                // Room for it in the free list now (this is the recording
+                // path, which allocates anyway): giving it back, where a
+                // submission completes, then never allocates.
+                let made = self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+                let len = free.len();
+                free.reserve(made.saturating_sub(len));
+                m
+            }
         };
         Ok(Staging {
             mem: Some(mem),
