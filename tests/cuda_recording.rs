@@ -13,6 +13,10 @@ mod cuda;
 
 const T: Duration = Duration::from_secs(10);
 
+/// The simulated driver's instantiation count is process-wide: one test
+/// at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Records a frame: fill `a`, update the tail of `b`, barrier, copy the
 /// head of `a` into `b`, and launch the counting kernel on `counter`
 /// (2 x 2 threads: +4).
@@ -78,6 +82,7 @@ fn command_buffer(device: &Device, one_shot: bool) -> fenceline::CommandBuffer {
 
 #[test]
 fn one_shot_command_buffers_issue_directly_and_reusable_ones_build_a_graph() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let Some((device, bufs)) = setup() else {
         return;
     };
@@ -123,6 +128,7 @@ fn one_shot_command_buffers_issue_directly_and_reusable_ones_build_a_graph() {
 
 #[test]
 fn reset_while_a_cuda_submission_of_the_old_recording_waits() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let Some((device, bufs)) = setup() else {
         return;
     };
