@@ -225,7 +225,7 @@ impl CommandBuffer {
         buffer.range(offset, data.len())?;
         self.check_buffer(buffer)?;
         let recording = self.recording_mut()?;
-        let data = recording.alloc_slice(data.len(), |i| Ok(data[i]))?;
+        let data = recording.alloc_bytes(data)?;
         self.record(Command::Update {
             buffer: buffer.clone(),
             offset,

@@ -321,6 +321,18 @@ impl Recording {
             .map_err(|_| out_of_memory())
     }
 
+    /// A copy of `bytes` in the arena (one `memcpy`).
+    pub(crate) fn alloc_bytes(&self, bytes: &[u8]) -> Result<NonNull<[u8]>, Error> {
+        let at = self
+            .bump
+            .try_alloc_layout(Layout::for_value(bytes))
+            .map_err(|_| out_of_memory())?;
+        // SAFETY: a fresh allocation of `bytes.len()` bytes, not
+        // overlapping `bytes`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), at.as_ptr(), bytes.len()) };
+        Ok(NonNull::slice_from_raw_parts(at, bytes.len()))
+    }
+
     /// A slice of `len` values made by `make`, in the arena. If `make`
     /// fails, the values made so far are dropped.
     pub(crate) fn alloc_slice<T>(

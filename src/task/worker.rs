@@ -147,12 +147,6 @@ impl ExecutorState {
                 return;
             }
         }
-        // `notify` counted a sleeper, but no flag says which: it is waking
-        // already, or its flag is not visible here yet. Unpark them all: an
-        // unpark the worker did not need only costs it a look at the epoch.
-        for slot in self.slots.iter() {
-            unpark(slot);
-        }
     }
 
     /// Starts the shutdown: workers exit once no task is left.
