@@ -334,7 +334,9 @@ impl Recording {
     }
 
     /// A slice of `len` values made by `make`, in the arena. If `make`
-    /// fails, the values made so far are dropped.
+    /// fails, the values made so far are dropped. (Kernel parameters and
+    /// CUDA graph nodes.)
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn alloc_slice<T>(
         &self,
         len: usize,
