@@ -2,7 +2,8 @@
 //!
 //! - `execute_host_cost`: host time per `Queue::execute` of a command
 //!   buffer holding one empty kernel (one `cuGraphLaunch` plus fenceline's
-//!   queue, event and completion work), with each completion path, vs a
+//!   queue, event and completion work), with each completion path (the
+//!   default, `EventThread`, is `fenceline_execute`), vs a
 //!   raw `cuLaunchKernel` of the same kernel on a stream through cudarc.
 //!   All sync every 256 calls.
 //! - `chain_2queues`: latency of a 32-link semaphore chain alternating
@@ -119,10 +120,10 @@ impl RawLaunch {
 fn host_cost(c: &mut Criterion) {
     let mut group = c.benchmark_group("execute_host_cost");
     for (name, completion) in [
-        ("fenceline_execute", CompletionMode::HostFunction),
+        ("fenceline_execute", CompletionMode::EventThread),
         (
-            "fenceline_execute_event_thread",
-            CompletionMode::EventThread,
+            "fenceline_execute_host_function",
+            CompletionMode::HostFunction,
         ),
     ] {
         let Some((_device, cb, q)) = one_queue(completion) else {

@@ -26,6 +26,13 @@
 //!   dependencies must already exist) on the launching stream's thread;
 //!   launches of one executable graph never overlap.
 //!
+//! # Counters
+//! `fenceline_sim_thread_calls()` is the number of driver calls the calling
+//! thread has made (tests count the calls of one operation with it);
+//! `fenceline_sim_graph_instantiations()`, `fenceline_sim_live_events()`,
+//! `fenceline_sim_live_streams()` and `fenceline_sim_live_allocations()`
+//! count process-wide.
+//!
 //! # Misuse reported
 //! Each case below increments a global counter, becomes the last misuse
 //! message, is printed as `fenceline-cudasim: misuse: MESSAGE` on stderr, and
@@ -108,6 +115,15 @@ pub(crate) type SimResult<T = ()> = Result<T, CUresult>;
 thread_local! {
     /// Set while a `cuLaunchHostFunc` callback runs on this thread.
     static IN_HOST_FN: Cell<bool> = const { Cell::new(false) };
+    /// Driver calls made by this thread so far.
+    static CALLS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many driver calls the calling thread made so far (this one not
+/// counted): lets a test count the calls one operation makes.
+#[no_mangle]
+pub extern "C" fn fenceline_sim_thread_calls() -> u64 {
+    CALLS.with(Cell::get)
 }
 
 /// Marks the current thread as running a host function until dropped.
@@ -148,6 +164,7 @@ pub(crate) fn api_no_init(name: &str, body: impl FnOnce() -> SimResult) -> CUres
 }
 
 fn call(name: &str, needs_init: bool, body: impl FnOnce() -> SimResult) -> CUresult {
+    CALLS.with(|c| c.set(c.get() + 1));
     let checked = || {
         if IN_HOST_FN.with(Cell::get) {
             let msg = format!("{name} called from inside a cuLaunchHostFunc host function");

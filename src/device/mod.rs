@@ -22,7 +22,7 @@ use std::sync::Arc;
 pub use buffer::Buffer;
 pub use cpu::EXECUTE_INLINE_COMMAND_BUFFERS;
 #[cfg(feature = "cuda")]
-pub use cuda::{CompletionMode, CudaConfig, Kernel, KernelArg};
+pub use cuda::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel, KernelArg};
 pub use host_fn::HOST_CALL_INLINE_BYTES;
 pub use recording::RECORDING_INITIAL_BYTES;
 

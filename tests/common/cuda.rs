@@ -122,6 +122,14 @@ pub fn graph_instantiations() -> Option<u64> {
         .map(|f| unsafe { f() })
 }
 
+/// Driver calls the calling thread made so far on the simulated driver
+/// (`None` on a real driver).
+pub fn thread_driver_calls() -> Option<u64> {
+    sim_fn::<unsafe extern "C" fn() -> u64>("fenceline_sim_thread_calls")
+        // SAFETY: a plain getter.
+        .map(|f| unsafe { f() })
+}
+
 /// A host implementation of a kernel on the simulated driver.
 pub type SimKernel = extern "C" fn(*const u32, *const u32, *const *const c_void);
 

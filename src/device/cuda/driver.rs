@@ -4,6 +4,7 @@
 //! modules, graph execs). Every other CUDA file calls the driver through
 //! these.
 
+use std::cell::Cell;
 use std::ffi::{c_void, CStr};
 use std::fmt;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuCtxPushCurrent_v2",
     "cuCtxPopCurrent_v2",
     "cuCtxSetCurrent",
+    "cuCtxGetCurrent",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
@@ -181,23 +183,78 @@ impl Context {
         Ok(Arc::new(Context { raw, device, name }))
     }
 
-    /// Makes the context current on this thread until the guard drops
-    /// (push/pop, so a caller's own current context is restored).
+    /// Makes the context current on this thread until the guard drops.
+    ///
+    /// No driver call when fenceline already found or made this context
+    /// current on this thread (a thread-local cache). Otherwise it asks the
+    /// driver: a thread with no current context gets this one for good
+    /// (as the CUDA runtime binds the primary context on a thread's first
+    /// call), and from then on costs nothing; a thread with another context
+    /// current gets a push now and a pop when the guard drops, so its own
+    /// context is restored.
     pub(crate) fn enter(&self) -> Result<Entered<'_>, Error> {
+        if CURRENT.with(Cell::get) == self.raw {
+            return Ok(Entered {
+                _ctx: self,
+                pushed: false,
+            });
+        }
+        let mut current = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check(
+            unsafe { sys::cuCtxGetCurrent(&mut current) },
+            "cuCtxGetCurrent",
+        )?;
+        if current.is_null() {
+            return self.set_current().map(|()| Entered {
+                _ctx: self,
+                pushed: false,
+            });
+        }
+        if current == self.raw {
+            CURRENT.with(|c| c.set(self.raw));
+            return Ok(Entered {
+                _ctx: self,
+                pushed: false,
+            });
+        }
         // SAFETY: the context is retained while `self` lives.
         check(
             unsafe { sys::cuCtxPushCurrent_v2(self.raw) },
             "cuCtxPushCurrent",
         )?;
-        Ok(Entered { _ctx: self })
+        Ok(Entered {
+            _ctx: self,
+            pushed: true,
+        })
     }
 
-    /// Makes the context current on this thread for good (for threads
-    /// fenceline owns).
+    /// Makes the context current on this thread for good (threads
+    /// fenceline owns, and threads that had none).
     pub(crate) fn set_current(&self) -> Result<(), Error> {
-        // SAFETY: as in `enter`.
-        check(unsafe { sys::cuCtxSetCurrent(self.raw) }, "cuCtxSetCurrent")
+        // SAFETY: the context is retained while `self` lives.
+        check(unsafe { sys::cuCtxSetCurrent(self.raw) }, "cuCtxSetCurrent")?;
+        CURRENT.with(|c| c.set(self.raw));
+        Ok(())
     }
+}
+
+thread_local! {
+    /// The context fenceline last found or made current on this thread
+    /// (null: none known). fenceline never makes another context current
+    /// without restoring it; a thread whose own code later makes a
+    /// different context current, after it issued fenceline work, calls
+    /// [`forget_current_context`].
+    static CURRENT: Cell<sys::CUcontext> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Tells fenceline that the calling thread's current CUDA context may have
+/// changed (the thread made another context current with its own driver
+/// or runtime calls). fenceline then asks the driver again before its next
+/// CUDA call on this thread. Threads that never change their current
+/// context never need it.
+pub fn forget_current_context() {
+    CURRENT.with(|c| c.set(std::ptr::null_mut()));
 }
 
 impl Drop for Context {
@@ -210,10 +267,15 @@ impl Drop for Context {
 /// The context is current on this thread while this lives.
 pub(crate) struct Entered<'a> {
     _ctx: &'a Context,
+    /// Pushed by `enter` (another context was current): popped on drop.
+    pushed: bool,
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
+        if !self.pushed {
+            return;
+        }
         let mut popped = std::ptr::null_mut();
         // SAFETY: pops the context pushed by `enter` on this thread.
         let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };

@@ -25,6 +25,7 @@ mod kernel;
 use std::sync::Arc;
 
 pub use completer::CompletionMode;
+pub use driver::forget_current_context as forget_current_cuda_context;
 pub use kernel::{Kernel, KernelArg};
 
 pub(crate) use backend::{CudaBackend, CudaPayload};
@@ -42,7 +43,8 @@ use graph::PinnedPool;
 pub struct CudaConfig {
     /// Queues (streams), at least 1.
     pub queues: usize,
-    /// How queues learn their work finished.
+    /// How queues learn their work finished (default: an event-waiting
+    /// completion thread).
     pub completion: CompletionMode,
     /// Use the device-wait shortcut (`false` forces every cross-action
     /// wait through the host: for comparison).
@@ -55,7 +57,7 @@ impl Default for CudaConfig {
     fn default() -> Self {
         CudaConfig {
             queues: 1,
-            completion: CompletionMode::HostFunction,
+            completion: CompletionMode::EventThread,
             device_waits: true,
             events: 1024,
         }

@@ -1,0 +1,132 @@
+//! Driver calls per execute on the CUDA device (simulated driver only: it
+//! counts the calls each thread makes). On the default completion path an
+//! execute of one recorded command buffer costs exactly two calls on the
+//! issuing thread (`cuGraphLaunch`, `cuEventRecord`) once the device's
+//! context is current there; a thread with another context current gets a
+//! push and a pop around the issue and keeps its own context.
+#![cfg(feature = "cuda")]
+
+use std::time::Duration;
+
+use cudarc::driver::sys;
+use fenceline::{CompletionMode, CudaConfig, Device, KernelArg, Semaphore};
+
+#[path = "common/cuda.rs"]
+mod cuda;
+
+const T: Duration = Duration::from_secs(10);
+
+/// A device whose one queue runs a recorded kernel launch, and that
+/// command buffer (`None`: not on the simulated driver).
+fn rig(completion: CompletionMode) -> Option<(Device, fenceline::CommandBuffer)> {
+    // Two simulated devices, so that a thread can have a context of its
+    // own that is not the device's (read by the simulated `cuInit`, which
+    // runs when the first device opens in this process).
+    std::env::set_var("FENCELINE_SIM_DEVICES", "2");
+    let device = cuda::device_with(CudaConfig {
+        completion,
+        ..CudaConfig::default()
+    })?;
+    cuda::thread_driver_calls()?;
+    cuda::register_test_kernels();
+    let counter = device.buffer(4).unwrap();
+    let kernel = device
+        .load_kernel(cuda::COUNT_PTX, "fenceline_count")
+        .unwrap();
+    let mut cb = device.command_buffer().unwrap();
+    cb.launch(
+        &kernel,
+        [1, 1, 1],
+        [1, 1, 1],
+        0,
+        &[KernelArg::Buffer(&counter, 0)],
+    )
+    .unwrap();
+    cb.end().unwrap();
+    Some((device, cb))
+}
+
+/// Driver calls this thread makes for `frames` executes (each waiting on
+/// the frame before, already reached, and signalling its own), the most
+/// any one of them made.
+fn calls_per_execute(device: &Device, cb: &fenceline::CommandBuffer, frames: u64) -> u64 {
+    let queue = device.queue(0).unwrap();
+    let done = Semaphore::new(0);
+    let mut most = 0;
+    for frame in 1..=frames {
+        let before = cuda::thread_driver_calls().unwrap();
+        queue
+            .execute(&[(&done, frame - 1)], &[(&done, frame)], &[cb])
+            .unwrap();
+        most = most.max(cuda::thread_driver_calls().unwrap() - before);
+        done.wait(frame, T).unwrap();
+    }
+    most
+}
+
+// Mutation checked: `Context::enter` never trusting the thread's current
+// context (asking, pushing and popping around every issue): 5 calls.
+#[test]
+fn an_execute_costs_two_driver_calls_on_the_default_path() {
+    assert_eq!(
+        CudaConfig::default().completion,
+        CompletionMode::EventThread
+    );
+    let Some((device, cb)) = rig(CompletionMode::default()) else {
+        return;
+    };
+    // Warm up: the first issue on this thread finds out its context.
+    calls_per_execute(&device, &cb, 2);
+    assert_eq!(calls_per_execute(&device, &cb, 100), 2);
+    // Host functions: `cuGraphLaunch`, `cuEventRecord` (the event other
+    // queues' device waits use; the default path's one event serves both)
+    // and `cuLaunchHostFunc`.
+    let (device, cb) = rig(CompletionMode::HostFunction).unwrap();
+    calls_per_execute(&device, &cb, 2);
+    assert_eq!(calls_per_execute(&device, &cb, 100), 3);
+    assert_eq!(cuda::misuse_count(), 0, "{}", cuda::last_misuse());
+}
+
+#[test]
+fn a_thread_with_another_context_current_keeps_it() {
+    let Some((device, cb)) = rig(CompletionMode::default()) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        // SAFETY: driver calls in API order with out-pointers to locals.
+        let other = unsafe {
+            let mut dev = 0;
+            assert_eq!(sys::cuDeviceGet(&mut dev, 1), sys::CUresult::CUDA_SUCCESS);
+            let mut ctx = std::ptr::null_mut();
+            assert_eq!(
+                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+                sys::CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(sys::cuCtxSetCurrent(ctx), sys::CUresult::CUDA_SUCCESS);
+            ctx
+        };
+        // Ask, push, launch, record, pop: every time (nothing is cached
+        // for a thread whose context is not the device's).
+        assert_eq!(calls_per_execute(&device, &cb, 20), 5);
+        let mut current = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        unsafe { sys::cuCtxGetCurrent(&mut current) };
+        assert_eq!(current, other, "the thread's own context is restored");
+        // The thread switches to no context behind fenceline's back and
+        // says so: fenceline asks again and makes the device's current.
+        // SAFETY: a null context is valid (clears the current one).
+        unsafe { sys::cuCtxSetCurrent(std::ptr::null_mut()) };
+        fenceline::forget_current_cuda_context();
+        let queue = device.queue(0).unwrap();
+        let s = Semaphore::new(0);
+        let before = cuda::thread_driver_calls().unwrap();
+        queue.execute(&[], &[(&s, 1)], &[&cb]).unwrap();
+        // Ask, set, launch, record.
+        assert_eq!(cuda::thread_driver_calls().unwrap() - before, 4);
+        s.wait(1, T).unwrap();
+        assert_eq!(calls_per_execute(&device, &cb, 20), 2);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(cuda::misuse_count(), 0, "{}", cuda::last_misuse());
+}
