@@ -53,10 +53,17 @@ mod sync;
 pub mod task;
 mod unwind;
 
-pub use device::{Buffer, CommandBuffer, CpuConfig, Device, Queue};
 #[cfg(feature = "cuda")]
-pub use device::{CompletionMode, CudaConfig, Kernel, KernelArg};
+pub use device::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel, KernelArg};
+pub use device::{Buffer, CommandBuffer, CpuConfig, Device, Queue};
 pub use error::{Error, ErrorKind};
+
+/// Read-modify-writes (and `SeqCst` fences) the calling thread made
+/// through fenceline's atomics so far (feature `count-rmw`, for the
+/// crate's own tests: its atomics count on every call).
+#[cfg(all(not(fenceline_loom), feature = "count-rmw"))]
+#[doc(hidden)]
+pub use sync::counted::{counts as rmw_counts, trace as rmw_trace, trace_all as rmw_trace_all};
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

@@ -67,3 +67,52 @@ fn one_queue_runs_two_ready_actions_concurrently_on_the_cpu() {
     done.wait(1, LONG).unwrap();
     assert_eq!(gate.query().unwrap(), 1);
 }
+
+// `execute` returns in the time of a submission: it never runs a tile or a
+// host call on the calling thread (which may be a real-time thread), not
+// even with one worker busy elsewhere, a 1-tile dispatch (run in place by
+// its task, on a worker) or a chain that a signal from this thread
+// readies. Mutation checked: `CpuBackend::issue_host_call` calling the
+// host function in place (on the issuing thread) fails it.
+#[test]
+fn execute_never_runs_user_work_on_the_calling_thread() {
+    use std::sync::{Arc, Mutex};
+    use std::thread::ThreadId;
+    let d = device(1);
+    let q = d.queue(0).unwrap();
+    let me = std::thread::current().id();
+    let seen: Arc<Mutex<Vec<ThreadId>>> = Arc::default();
+    let (gate, out) = (Semaphore::new(0), Semaphore::new(0));
+    for grid in [[1, 1, 1], [64, 1, 1]] {
+        let mut cb = d.command_buffer().unwrap();
+        let s = seen.clone();
+        cb.dispatch(grid, move |_: &Tile| {
+            s.lock().unwrap().push(std::thread::current().id());
+            Ok(())
+        })
+        .unwrap();
+        cb.end().unwrap();
+        let v = out.query().unwrap();
+        // Ready at once, and readied later by this thread's own signal.
+        q.execute(&[], &[(&out, v + 1)], &[&cb]).unwrap();
+        let g = gate.query().unwrap() + 1;
+        q.execute(&[(&gate, g)], &[(&out, v + 2)], &[&cb]).unwrap();
+        gate.signal(g).unwrap();
+        out.wait(v + 2, LONG).unwrap();
+        // A host call ready at once.
+        let s = seen.clone();
+        q.host_call(&[], &[(&out, v + 3)], move || {
+            s.lock().unwrap().push(std::thread::current().id());
+            Ok(())
+        })
+        .unwrap();
+        out.wait(v + 3, LONG).unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    // Per grid: two executes of its tiles and one host call.
+    assert_eq!(seen.len(), (2 + 1) + (2 * 64 + 1));
+    assert!(
+        seen.iter().all(|t| *t != me),
+        "user work ran on the thread that called execute"
+    );
+}

@@ -31,7 +31,12 @@ fn exec(workers: usize) -> Executor {
 // its last retirement is published (the count below is then short).
 // Mutation checked: `wake_one` clearing a sleeper's flag without
 // unparking it: deadlock (the submitter in `wait_idle`, both workers
-// parked).
+// parked). Also: a parked worker that goes back to sleep without arming
+// its `sleeping` flag again (`Worker::idle`) after a waker whose epoch
+// bump it had already seen took the flag: the shutdown's last wake-up
+// then finds no flag set and the worker never exits (deadlock in `drop`).
+// The unpark of every worker that `wake_all` once made, flag or not, hid
+// this; it also reached `wake_one` (a later submission left unrun).
 #[test]
 fn two_workers_run_a_fork_join_once_each_and_the_scope_goes_idle() {
     big_model().check(|| {

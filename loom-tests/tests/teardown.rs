@@ -43,7 +43,10 @@ fn queue_dropped_while_a_signal_wakes_its_action() {
 // task and then notifying a worker through the executor's state without
 // holding a reference to it (the task runs and retires, the executor's
 // drop finishes and frees the state before the notify: "use after free:
-// the executor's state").
+// the executor's state"). Also: the shutdown flag stored and loaded
+// Relaxed (`begin_shutdown`, `Worker::idle`): the worker reads it set and
+// `live` still 0 (its fence first in the SeqCst order), exits, and the
+// graph is never run nor cancelled (`out` stays 0).
 #[test]
 fn executor_dropped_while_a_signal_wakes_a_wait_task() {
     big_model().check(|| {

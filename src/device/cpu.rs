@@ -137,7 +137,9 @@ impl CpuBackend {
         let mut g = self.graph(&scope);
         let built = build(&mut g, &work);
         let backend = BackendRef(self);
-        let finish_scope = scope.clone();
+        // The graph holds its own handle: this one moves into the closure
+        // (no clone and drop, two read-modify-writes, per execute).
+        let finish_scope = scope;
         let finally = g.finally(move |result: Result<(), Error>| {
             let backend = backend;
             // SAFETY: the backend outlives the submissions of its queue
@@ -156,7 +158,7 @@ impl CpuBackend {
             (Ok(last), Ok(f)) => {
                 if let Some(first) = last {
                     if let Err(e) = g.join_from(first, f) {
-                        scope.fail(e);
+                        g.scope().fail(e);
                     }
                 }
                 g.submit();

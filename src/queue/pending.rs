@@ -419,7 +419,9 @@ impl<B: Backend> QueueState<B> {
             panicked.run(|| self.cancel_waiting(issuer));
         }
         if examined > 0 {
-            self.examined.fetch_add(examined, Ordering::Relaxed);
+            // Only the issuer writes it (one pass at a time): no RMW.
+            let before = self.examined.load(Ordering::Relaxed);
+            self.examined.store(before + examined, Ordering::Relaxed);
         }
         panicked.resume();
     }

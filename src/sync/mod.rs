@@ -11,11 +11,19 @@
 // yet built leaves some unused.
 #![allow(unused_imports, dead_code)]
 
+#[cfg(all(not(fenceline_loom), feature = "count-rmw"))]
+pub(crate) mod counted;
+
 #[cfg(not(fenceline_loom))]
 mod imp {
     pub(crate) use std::cell::Cell;
-    pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+    #[cfg(not(feature = "count-rmw"))]
+    pub(crate) use std::sync::Arc;
+    pub(crate) use std::sync::{Mutex, MutexGuard};
     pub(crate) use std::thread;
+
+    #[cfg(feature = "count-rmw")]
+    pub(crate) use super::counted::Arc;
 
     /// Parks the current thread for at most `timeout` (loom has no time:
     /// there it parks until unparked).
@@ -24,8 +32,14 @@ mod imp {
     }
 
     pub(crate) mod atomic {
+        #[cfg(feature = "count-rmw")]
+        pub(crate) use super::super::counted::{
+            fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+        };
+        pub(crate) use std::sync::atomic::Ordering;
+        #[cfg(not(feature = "count-rmw"))]
         pub(crate) use std::sync::atomic::{
-            fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+            fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
         };
     }
 

@@ -92,10 +92,9 @@ impl Executor {
             let spawned = thread::Builder::new()
                 .name(format!("fenceline-worker-{index}"))
                 .spawn(move || {
-                    *shared.slots[index]
-                        .thread
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner()) = Some(thread::current());
+                    // SAFETY: this is the slot's worker thread, once,
+                    // before it can park.
+                    unsafe { shared.slots[index].register_current() };
                     let mut worker = Worker::new(index, shared, deque);
                     worker.run();
                 });

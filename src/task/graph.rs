@@ -18,8 +18,27 @@ use crate::list::{Handle, SList};
 use crate::pool::{BlockCache, BlockPool};
 use crate::semaphore::{Semaphore, Timeout};
 
-/// Graph identities, so a `TaskId` is only accepted by its own graph.
-static NEXT_GRAPH: StdAtomicU64 = StdAtomicU64::new(1);
+/// Graph identities, so a `TaskId` is only accepted by its own graph:
+/// `(thread << 40) | n`, the thread's number taken once from a global
+/// counter and `n` counted per thread, so making a graph costs no shared
+/// read-modify-write (2^40 graphs per thread before `n` would wrap into
+/// the thread bits; a wrapped id only weakens the wrong-graph check).
+static NEXT_THREAD: StdAtomicU64 = StdAtomicU64::new(1);
+
+std::thread_local! {
+    static GRAPH_IDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn next_graph_id() -> u64 {
+    GRAPH_IDS.with(|ids| {
+        let mut id = ids.get();
+        if id == 0 {
+            id = NEXT_THREAD.fetch_add(1, StdOrdering::Relaxed) << 40;
+        }
+        ids.set(id + 1);
+        id
+    })
+}
 
 /// A task of a [`Graph`] being built. `Copy`; only its graph accepts it.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -93,11 +112,16 @@ impl<'e> Graph<'e> {
         Graph {
             exec,
             scope: scope.clone(),
-            id: NEXT_GRAPH.fetch_add(1, StdOrdering::Relaxed),
+            id: next_graph_id(),
             tasks: SList::new(),
             count: 0,
             cache: BlockCache::new(&exec.pool),
         }
+    }
+
+    /// The scope the graph's tasks count in.
+    pub(crate) fn scope(&self) -> &Scope {
+        &self.scope
     }
 
     fn adopt(&mut self, task: Result<NonNull<Task>, Error>) -> Result<TaskId, Error> {

@@ -40,9 +40,10 @@ impl SleepState {
     /// The current epoch, read with a read-modify-write: the latest value
     /// whatever the caller synchronized with (a parked worker re-checks
     /// with it after waking: an unpark alone need not order memory under
-    /// the model checker).
+    /// the model checker). AcqRel: what the caller did before (arming its
+    /// `sleeping` flag again) is visible to a later `notify`.
     pub fn epoch_now(&self) -> u64 {
-        self.0.fetch_add(0, Ordering::Acquire) & !(EPOCH - 1)
+        self.0.fetch_add(0, Ordering::AcqRel) & !(EPOCH - 1)
     }
 
     /// The caller is no longer a sleeper.

@@ -36,7 +36,7 @@ use crate::list::{DList, Handle, SList, TransferStack};
 use crate::pool::{BlockCache, BlockPool, RawBlock};
 use crate::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use crate::sync::thread::Thread;
-use crate::sync::{liveness, Arc, Mutex, MutexGuard};
+use crate::sync::{liveness, Arc, Mutex, MutexGuard, UnsafeCell};
 use crate::unwind::{panic_error, FirstPanic};
 
 /// Tasks a worker's deque holds before the rest spill to the injector.
@@ -44,10 +44,54 @@ use crate::unwind::{panic_error, FirstPanic};
 pub(crate) const LOCAL_CAP: usize = if cfg!(fenceline_loom) { 1 } else { 64 };
 
 /// One worker's slot in the shared state.
+///
+/// Waking a worker takes no lock. The worker writes its thread handle
+/// once, when it starts, before it first sets `sleeping`; a waker reads the
+/// handle only after a `swap` that took `sleeping` from `true` (acquiring
+/// that write). So the handle is never read before it is written, and
+/// never written again.
 pub(crate) struct Slot {
-    pub(crate) thread: Mutex<Option<Thread>>,
+    thread: UnsafeCell<Option<Thread>>,
     /// Set by the worker before it parks; cleared by whoever wakes it.
-    pub(crate) sleeping: AtomicBool,
+    sleeping: AtomicBool,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            thread: UnsafeCell::new(None),
+            sleeping: AtomicBool::new(false),
+        }
+    }
+
+    /// Records the calling thread as this slot's worker.
+    ///
+    /// # Safety
+    /// Called once, by the slot's worker thread, before it first parks.
+    pub(crate) unsafe fn register_current(&self) {
+        // SAFETY: no waker reads the handle before it acquires the first
+        // `sleeping = true`, which the worker stores after this write; the
+        // caller calls this once, so there is no other writer.
+        self.thread
+            .with_mut(|t| unsafe { *t = Some(crate::sync::thread::current()) });
+    }
+
+    /// Takes the slot's `sleeping` flag; if the worker was asleep, unparks
+    /// it. `true` if it was.
+    fn wake(&self) -> bool {
+        if !self.sleeping.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        // SAFETY: the swap read the worker's `true`, stored (Release) after
+        // it wrote its handle (`register_current`), which is never written
+        // again: this read is ordered after the only write.
+        self.thread.with(|t| {
+            if let Some(t) = unsafe { &*t } {
+                t.unpark();
+            }
+        });
+        true
+    }
 }
 
 /// State shared by the executor handle, its workers and its tasks.
@@ -89,12 +133,7 @@ impl ExecutorState {
             })?,
             injector: TransferStack::new(),
             stealers,
-            slots: (0..workers)
-                .map(|_| Slot {
-                    thread: Mutex::new(None),
-                    sleeping: AtomicBool::new(false),
-                })
-                .collect(),
+            slots: (0..workers).map(|_| Slot::new()).collect(),
             sleep: CachePadded::new(SleepState::new()),
             shutdown: AtomicBool::new(false),
             live: AtomicUsize::new(0),
@@ -141,9 +180,7 @@ impl ExecutorState {
         for slot in self.slots.iter() {
             // Load first: most slots are awake, and a swap would take their
             // cache line from them.
-            if slot.sleeping.load(Ordering::Relaxed) && slot.sleeping.swap(false, Ordering::AcqRel)
-            {
-                unpark(slot);
+            if slot.sleeping.load(Ordering::Relaxed) && slot.wake() {
                 return;
             }
         }
@@ -151,7 +188,13 @@ impl ExecutorState {
 
     /// Starts the shutdown: workers exit once no task is left.
     pub(crate) fn begin_shutdown(&self) {
-        self.shutdown.store(true, Ordering::Relaxed);
+        // Release: a worker that sees the flag (Acquire, in `idle`) also
+        // sees the tasks this thread counted in `live` before (a graph made
+        // and submitted just before its executor is dropped). With Relaxed
+        // on both sides the fences below do not order them when the
+        // worker's fence comes first: the teardown model then saw a worker
+        // read the flag set and `live` still 0, exit, and strand the graph.
+        self.shutdown.store(true, Ordering::Release);
         // Pairs with the fences of `Worker::flush` and `Worker::idle`.
         fence(Ordering::SeqCst);
         self.wake_all();
@@ -161,11 +204,12 @@ impl ExecutorState {
     pub(crate) fn wake_all(&self) {
         self.sleep.notify();
         for slot in self.slots.iter() {
-            // A swap (as `wake_one`), not a store: it comes after the
-            // sleeper's `true` in the flag's order, so the sleeper's RMW
-            // read below sees it cleared.
-            slot.sleeping.swap(false, Ordering::AcqRel);
-            unpark(slot);
+            // Only a worker whose `sleeping` the swap takes from `true` is
+            // unparked. One that sets it later read its epoch either before
+            // the bump above (its `announce` then sees the epoch moved and
+            // it does not park) or after (it then sees what was published
+            // before the bump, the shutdown flag included).
+            slot.wake();
         }
     }
 }
@@ -173,13 +217,6 @@ impl ExecutorState {
 impl Drop for ExecutorState {
     fn drop(&mut self) {
         liveness::died(self as *const ExecutorState);
-    }
-}
-
-fn unpark(slot: &Slot) {
-    let thread = slot.thread.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(t) = thread.as_ref() {
-        t.unpark();
     }
 }
 
@@ -370,7 +407,10 @@ impl Worker {
     /// No work found: spin a little, then park. `false`: time to exit.
     fn idle(&mut self) -> bool {
         self.flush();
-        let shared = self.shared.clone();
+        // SAFETY: `self.shared` is never reassigned, and the `Arc` keeps
+        // the state alive for as long as this worker (a borrow through a
+        // pointer, not a clone: two read-modify-writes per idle cycle).
+        let shared: &ExecutorState = unsafe { &*Arc::as_ptr(&self.shared) };
         let epoch = shared.sleep.epoch();
         #[cfg(not(fenceline_loom))]
         if shared.spin {
@@ -391,14 +431,20 @@ impl Worker {
         }
         // The fence pairs with those of `flush` and `begin_shutdown`.
         fence(Ordering::SeqCst);
-        if shared.shutdown.load(Ordering::Relaxed) && shared.live.load(Ordering::Acquire) == 0 {
+        if shared.shutdown.load(Ordering::Acquire) && shared.live.load(Ordering::Acquire) == 0 {
             return false;
         }
         // Park, also at shutdown while some task still runs elsewhere: the
         // worker that retires the last one wakes everyone (`flush`), and
         // its epoch bump stops us from parking past it (`announce`).
         let slot = &shared.slots[self.index];
-        slot.sleeping.store(true, Ordering::Release);
+        // Swaps, not stores, for both of the worker's writes to its flag.
+        // A store would be enough for the C++ model (a waker's swap, being
+        // an RMW, reads the latest value), but loom lets a plain store fall
+        // between another thread's swap read and write (loom issues #254,
+        // #389): its waker then reads a stale `false` and the model
+        // deadlocks with this worker parked. Parking is the slow path.
+        let _ = slot.sleeping.swap(true, Ordering::Release);
         if shared.sleep.announce(epoch) {
             let deadline = self.nearest_deadline();
             // Sleep until the epoch moves: every wake (`notify`, `wake_all`)
@@ -415,9 +461,18 @@ impl Worker {
                         crate::sync::park_timeout(d - now);
                     }
                 }
+                // Arm the flag again before looking at the epoch: a waker
+                // whose bump we had already seen (it came before our
+                // epoch read) may have taken it, and we are about to park
+                // again. Without this a later waker counts us as a sleeper,
+                // finds no flag set and wakes nobody: a lost wake-up. The
+                // epoch read after it is an AcqRel RMW, so either that
+                // waker's bump comes after it (and the waker's flag swap
+                // then sees this `true`) or we see the bump and stay up.
+                let _ = slot.sleeping.swap(true, Ordering::AcqRel);
             }
         }
-        slot.sleeping.store(false, Ordering::Release);
+        let _ = slot.sleeping.swap(false, Ordering::Release);
         shared.sleep.leave();
         true
     }

@@ -73,6 +73,16 @@ where
         }
         let workers = worker.shared.slots.len() as u64;
         let shards = workers.min(total).max(1);
+        if shards == 1 {
+            // One shard would run every tile on this worker anyway (one
+            // tile, or one worker): run them here, with no shard task and
+            // none of its counts (five read-modify-writes and a second run
+            // of this task saved).
+            // SAFETY: the payload is a `DispatchPayload<F>`; `f` is another
+            // field than the grid borrowed above.
+            let f = unsafe { &(*Task::payload_ptr::<DispatchPayload<F>>(task)).f }.get();
+            return Outcome::Done(guarded(|| f.run(p.size, 0, total)));
+        }
         p.tiles = TileCounter::new(total, (total / (shards * 16)).clamp(1, 1024));
         t.unfinished.set(1); // hold while adding shards
         for _ in 0..shards {
