@@ -12,7 +12,7 @@
 
 use fenceline::semaphore::EventPool;
 use fenceline::task::{Executor, ExecutorConfig, Scope};
-use fenceline::{wait_all, ErrorKind, Semaphore, Timeout};
+use fenceline::{wait_all, CpuConfig, Device, ErrorKind, Semaphore, Timeout};
 use fenceline_loom_tests::big_model;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
@@ -238,5 +238,43 @@ fn wait_all_over_two_semaphores_loses_no_wake_up() {
         assert_eq!((a.query().unwrap(), b.query().unwrap()), (1, 1));
         ta.join().unwrap();
         tb.join().unwrap();
+    });
+}
+
+// Catches: the next action of a chain, issued by its predecessor's
+// completion on a worker and hopped onto that worker's own deque
+// (`ExecutorState::hop`, `Worker::find`), lost, run twice, or stranded
+// unannounced while the device is dropped. Mutation checked: `hop` taking
+// the first ready task off the list without pushing it: deadlock (the
+// host waits for the second signal for ever).
+#[test]
+fn a_chained_action_hops_onto_the_worker_that_completed_the_one_before() {
+    // One preemption, as the blocking models: with two it ran past 6
+    // minutes (a device's threads on top of the worker loop).
+    blocking_model().check(|| {
+        let device = Device::cpu_with(CpuConfig {
+            workers: 2,
+            queues: 1,
+            spin: false,
+        })
+        .unwrap();
+        let q = device.queue(0).unwrap();
+        let s = Semaphore::new(0);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        q.host_call(&[], &[(&s, 1)], move || {
+            r.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+        .unwrap();
+        let r = runs.clone();
+        q.host_call(&[(&s, 1)], &[(&s, 2)], move || {
+            r.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+        .unwrap();
+        s.wait(2, Timeout::Never).unwrap();
+        assert_eq!(runs.load(Ordering::Relaxed), 2);
+        drop(device);
     });
 }

@@ -120,6 +120,8 @@ impl CpuBackend {
         let task = g.call(move |_| {
             if let Some((work, f)) = slot.take() {
                 let result = crate::unwind::guarded(|| f.call());
+                // As an execute's completion: the next action hops here.
+                let _hop = crate::task::Hop::enter();
                 work.complete(result);
             }
             Ok(())
@@ -152,6 +154,10 @@ impl CpuBackend {
             backend.free_scopes.push(finish_scope.into_handle());
             let mut work = work;
             super::release_recordings(work.payload_mut());
+            // The completion signals, and a queue it readies issues here:
+            // that action's first tasks hop onto this worker (no injector,
+            // no wake-up). Completing runs no user code and never waits.
+            let _hop = crate::task::Hop::enter();
             work.complete(result);
         });
         match (built, finally) {

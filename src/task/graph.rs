@@ -390,7 +390,9 @@ impl<'e> Graph<'e> {
                 ready.push_back(task);
             }
         }
-        self.exec.inject_list(ready);
+        if let Err(ready) = self.exec.hop(ready) {
+            self.exec.inject_list(ready);
+        }
     }
 }
 

@@ -234,10 +234,96 @@ impl std::ops::Deref for TaskPool {
     }
 }
 
+/// A worker's own deque, in an allocation of its own so that two paths
+/// on the worker's thread reach it through raw pointers, never through the
+/// worker's `&mut`: the worker itself, and a completion's `Graph::submit`
+/// during a hop (see [`Hop`]). Everything in it is used through `&`
+/// (the deque's methods, a `Cell`).
+pub(crate) struct Local {
+    deque: Deque<TaskPtr>,
+    /// The executor the worker runs for (a hop only lands on a worker of
+    /// the executor the graph belongs to).
+    exec: *const ExecutorState,
+    /// A hop pushed tasks on the deque: the worker announces them (as
+    /// its own pushes) unless it is about to run the only one.
+    hopped: std::cell::Cell<bool>,
+}
+
+// The model checker's threads need its own thread-locals (they share one
+// OS thread); its macro takes no `const` initializer.
+#[cfg(not(fenceline_loom))]
+std::thread_local! {
+    /// The running worker's `Local` on a worker thread (null elsewhere).
+    static LOCAL: std::cell::Cell<*const Local> = const { std::cell::Cell::new(std::ptr::null()) };
+    /// Set while a completion runs on this thread that lets the graphs it
+    /// submits hop onto this worker's deque ([`Hop`]).
+    static HOP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+#[cfg(fenceline_loom)]
+loom::thread_local! {
+    static LOCAL: std::cell::Cell<*const Local> = std::cell::Cell::new(std::ptr::null());
+    static HOP: std::cell::Cell<bool> = std::cell::Cell::new(false);
+}
+
+/// While alive, the graphs submitted on this thread (a worker of their
+/// executor) go on this worker's own deque instead of the injector: the
+/// next action of a chain then runs on the worker that completed the one
+/// before, with no injector push, no wake-up and no steal. Only for
+/// completion code that returns to the worker loop promptly without
+/// waiting on anything (a queue action's completion: signals, issues):
+/// the worker announces the tasks when it next looks for work, so a
+/// caller that blocked instead would leave them unannounced.
+pub(crate) struct Hop {
+    was: bool,
+}
+
+impl Hop {
+    pub(crate) fn enter() -> Hop {
+        Hop {
+            was: HOP.with(|h| h.replace(true)),
+        }
+    }
+}
+
+impl Drop for Hop {
+    fn drop(&mut self) {
+        let was = self.was;
+        HOP.with(|h| h.set(was));
+    }
+}
+
+impl ExecutorState {
+    /// Puts `ready` on the calling worker's deque if a [`Hop`] is active
+    /// and the caller is a worker of this executor; `Err(ready)`
+    /// otherwise. Tasks past the deque's room go to the injector.
+    pub(crate) fn hop(&self, mut ready: SList<QueueLink>) -> Result<(), SList<QueueLink>> {
+        if !HOP.with(|h| h.get()) {
+            return Err(ready);
+        }
+        let local = LOCAL.with(|l| l.get());
+        // SAFETY: a non-null `LOCAL` is the running worker's, alive while
+        // it runs (cleared before it is freed); only this thread uses it.
+        let Some(local) = (unsafe { local.as_ref() }) else {
+            return Err(ready);
+        };
+        if !std::ptr::eq(local.exec, self) {
+            return Err(ready);
+        }
+        while local.deque.len() < LOCAL_CAP {
+            let Some(task) = ready.pop_front() else { break };
+            local.deque.push(TaskPtr(task.into_raw()));
+        }
+        local.hopped.set(true);
+        self.inject_list(ready);
+        Ok(())
+    }
+}
+
 /// A worker thread's private state.
 pub(crate) struct Worker {
     pub(crate) index: usize,
-    local: Deque<TaskPtr>,
+    /// Owned (freed in `drop`); see [`Local`].
+    local: NonNull<Local>,
     /// Ready tasks that did not fit the deque, collected during one step
     /// and published to the injector (one CAS) before the next task runs.
     spill: SList<QueueLink>,
@@ -255,16 +341,29 @@ pub(crate) struct Worker {
     pub(crate) shared: Arc<ExecutorState>,
 }
 
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // SAFETY: made by `Box::leak` in `new`, freed once, here; `run`
+        // cleared the thread's pointer to it when it returned.
+        drop(unsafe { Box::from_raw(self.local.as_ptr()) });
+    }
+}
+
 /// Retirements a worker batches before publishing them.
 const FLUSH_EVERY: usize = 64;
 
 impl Worker {
-    pub(crate) fn new(index: usize, shared: Arc<ExecutorState>, local: Deque<TaskPtr>) -> Worker {
+    pub(crate) fn new(index: usize, shared: Arc<ExecutorState>, deque: Deque<TaskPtr>) -> Worker {
+        let local = Box::new(Local {
+            deque,
+            exec: Arc::as_ptr(&shared),
+            hopped: std::cell::Cell::new(false),
+        });
         Worker {
             index,
             cache: BlockCache::new(TaskPool(shared.clone())),
             shared,
-            local,
+            local: NonNull::from(Box::leak(local)),
             spill: SList::new(),
             unannounced: false,
             retired_scope: None,
@@ -272,12 +371,28 @@ impl Worker {
         }
     }
 
+    /// Tasks a hop put on the deque count as this worker's own pushes:
+    /// announced before it runs anything else ([`find`](Self::find) lets
+    /// it run the only one first).
+    fn take_hopped(&mut self) {
+        // SAFETY: as in `local`.
+        if unsafe { self.local.as_ref() }.hopped.replace(false) {
+            self.unannounced = true;
+        }
+    }
+
+    fn local(&self) -> &Deque<TaskPtr> {
+        // SAFETY: owned by this worker until its drop; only shared
+        // references to it are ever made.
+        unsafe { &self.local.as_ref().deque }
+    }
+
     /// Makes a task ready on this worker: on its deque (stealable), or, if
     /// that is full, in the spill. Either way [`publish`](Self::publish)
     /// tells the other workers before this worker runs anything else.
     pub(crate) fn push(&mut self, task: NonNull<Task>) {
-        if self.local.len() < LOCAL_CAP {
-            self.local.push(TaskPtr(task));
+        if self.local().len() < LOCAL_CAP {
+            self.local().push(TaskPtr(task));
             self.unannounced = true;
         } else {
             // SAFETY: the task is ready and ours, in no queue; it stays
@@ -294,6 +409,7 @@ impl Worker {
     /// next to work nobody else runs, and the blocked task may be waiting
     /// for exactly that work) and after a running call spawned a child.
     pub(crate) fn publish(&mut self) {
+        self.take_hopped();
         if !self.spill.is_empty() {
             self.shared.inject_list(std::mem::take(&mut self.spill));
         } else if self.unannounced {
@@ -304,17 +420,31 @@ impl Worker {
 
     /// The next task to run: own deque, injector, steal.
     fn find(&mut self) -> Option<NonNull<Task>> {
+        self.take_hopped();
+        if self.spill.is_empty() {
+            if let Some(t) = self.local().pop() {
+                if self.local().is_empty() {
+                    // We run the only task there was: nobody else needs to
+                    // hear of it (a hop's next action stays on this worker
+                    // with no wake-up).
+                    self.unannounced = false;
+                } else {
+                    self.publish();
+                }
+                return Some(t.0);
+            }
+        }
         self.publish();
-        if let Some(t) = self.local.pop() {
+        if let Some(t) = self.local().pop() {
             return Some(t.0);
         }
         let mut taken = self.shared.injector.take_all();
         if let Some(first) = taken.pop_front().map(Handle::into_raw) {
             // Keep what fits the deque (stealable there) and give the rest
             // back to the injector for the other workers.
-            while self.local.len() < LOCAL_CAP {
+            while self.local().len() < LOCAL_CAP {
                 match taken.pop_front() {
-                    Some(t) => self.local.push(TaskPtr(t.into_raw())),
+                    Some(t) => self.local().push(TaskPtr(t.into_raw())),
                     None => break,
                 }
             }
@@ -324,7 +454,7 @@ impl Worker {
             } else {
                 // Workers woken for these may have found the injector
                 // empty: tell them before running `first`.
-                self.unannounced |= !self.local.is_empty();
+                self.unannounced |= !self.local().is_empty();
             }
             return Some(first);
         }
@@ -332,10 +462,10 @@ impl Worker {
         for k in 1..n {
             let victim = (self.index + k) % n;
             loop {
-                match self.shared.stealers[victim].steal_batch_and_pop(&self.local) {
+                match self.shared.stealers[victim].steal_batch_and_pop(self.local()) {
                     Steal::Success(t) => {
                         // The rest of the batch sits on our deque now.
-                        self.unannounced |= !self.local.is_empty();
+                        self.unannounced |= !self.local().is_empty();
                         return Some(t.0);
                     }
                     Steal::Empty => break,
@@ -348,6 +478,15 @@ impl Worker {
 
     /// The worker loop; returns at shutdown once no task is left.
     pub(crate) fn run(&mut self) {
+        let local = self.local.as_ptr().cast_const();
+        LOCAL.with(|l| l.set(local));
+        struct Clear;
+        impl Drop for Clear {
+            fn drop(&mut self) {
+                LOCAL.with(|l| l.set(std::ptr::null()));
+            }
+        }
+        let _clear = Clear;
         loop {
             if let Some(task) = self.find() {
                 self.execute(task);
@@ -449,8 +588,10 @@ impl Worker {
             let deadline = self.nearest_deadline();
             // Sleep until the epoch moves: every wake (`notify`, `wake_all`)
             // bumps it before unparking, so a wake-up is never missed and a
-            // stale unpark token only costs one more look.
-            while shared.sleep.epoch_now() == epoch {
+            // stale unpark token only costs one more look. (No look before
+            // the first park: `announce` just read the epoch unchanged, and
+            // a waker after it finds our flag set.)
+            loop {
                 match deadline {
                     None => crate::sync::thread::park(),
                     Some(d) => {
@@ -461,15 +602,22 @@ impl Worker {
                         crate::sync::park_timeout(d - now);
                     }
                 }
-                // Arm the flag again before looking at the epoch: a waker
-                // whose bump we had already seen (it came before our
-                // epoch read) may have taken it, and we are about to park
-                // again. Without this a later waker counts us as a sleeper,
-                // finds no flag set and wakes nobody: a lost wake-up. The
-                // epoch read after it is an AcqRel RMW, so either that
-                // waker's bump comes after it (and the waker's flag swap
-                // then sees this `true`) or we see the bump and stay up.
+                if shared.sleep.epoch_now() != epoch {
+                    break; // the usual wake-up: one RMW
+                }
+                // Woken to an unchanged epoch: a waker whose bump we had
+                // already seen (it came before our epoch read) may have
+                // taken our flag, and we are about to park again. Arm it
+                // again before looking once more: without this a later
+                // waker counts us as a sleeper, finds no flag set and wakes
+                // nobody, a lost wake-up. The epoch read after it is an
+                // AcqRel RMW, so either that waker's bump comes after it
+                // (and the waker's flag swap then sees this `true`) or we
+                // see the bump and stay up.
                 let _ = slot.sleeping.swap(true, Ordering::AcqRel);
+                if shared.sleep.epoch_now() != epoch {
+                    break;
+                }
             }
         }
         let _ = slot.sleeping.swap(false, Ordering::Release);
