@@ -11,9 +11,6 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-// Mutation checked: the last predecessor's load (`JoinCount::finish_one`,
-// which makes the task ready without a write when it reads 1) made
-// Relaxed: the dependent's read of an effect races its write.
 #[test]
 fn join_counter_makes_the_dependent_ready_exactly_once() {
     loom::model(|| {

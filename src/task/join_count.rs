@@ -42,19 +42,7 @@ impl JoinCount {
     /// One predecessor finished: `true` for the one that made the count
     /// zero. AcqRel: every predecessor's effects happen-before whoever then
     /// runs the task (release by each, acquire by the last).
-    ///
-    /// The count is the number of predecessors still to finish, the caller
-    /// among them: if it reads 1, the caller is the last, and nobody can
-    /// add one (a task gains predecessors only while one of its own is
-    /// unfinished: its builder's, a running call's or dispatch's hold), so
-    /// it is ready with no write (no RMW: a barrier releasing 1024
-    /// dependents, or a chain's hop, makes each ready with a load). The
-    /// count is then left at 1; a task that runs again sets it anew.
-    /// Acquire: the other predecessors' decrements (releases) happen-before.
     pub fn finish_one(&self) -> bool {
-        if self.0.load(Ordering::Acquire) == 1 {
-            return true;
-        }
         self.0.fetch_sub(1, Ordering::AcqRel) == 1
     }
 }
