@@ -31,21 +31,7 @@ fn execute_allocates_nothing() {
         }) else {
             return;
         };
-        cuda::register_test_kernels();
-        let counter = device.buffer(4).unwrap();
-        let kernel = device
-            .load_kernel(cuda::COUNT_PTX, "fenceline_count")
-            .unwrap();
-        let mut cb = device.command_buffer().unwrap();
-        cb.launch(
-            &kernel,
-            [2, 1, 1],
-            [1, 1, 1],
-            0,
-            &[KernelArg::Buffer(&counter, 0)],
-        )
-        .unwrap();
-        cb.end().unwrap();
+        let (counter, cb) = cuda::counting_launch(&device, [2, 1, 1]);
         let queues = [device.queue(0).unwrap(), device.queue(1).unwrap()];
         let chain = Semaphore::new(0);
         // Each queue also counts its own completions: a queue completes in

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use cudarc::driver::sys;
-use fenceline::{CompletionMode, CudaConfig, Device, KernelArg, Semaphore};
+use fenceline::{CompletionMode, CudaConfig, Device, Semaphore};
 
 #[path = "common/cuda.rs"]
 mod cuda;
@@ -28,21 +28,7 @@ fn rig(completion: CompletionMode) -> Option<(Device, fenceline::CommandBuffer)>
         ..CudaConfig::default()
     })?;
     cuda::thread_driver_calls()?;
-    cuda::register_test_kernels();
-    let counter = device.buffer(4).unwrap();
-    let kernel = device
-        .load_kernel(cuda::COUNT_PTX, "fenceline_count")
-        .unwrap();
-    let mut cb = device.command_buffer().unwrap();
-    cb.launch(
-        &kernel,
-        [1, 1, 1],
-        [1, 1, 1],
-        0,
-        &[KernelArg::Buffer(&counter, 0)],
-    )
-    .unwrap();
-    cb.end().unwrap();
+    let (_counter, cb) = cuda::counting_launch(&device, [1, 1, 1]);
     Some((device, cb))
 }
 

@@ -130,6 +130,29 @@ pub fn thread_driver_calls() -> Option<u64> {
         .map(|f| unsafe { f() })
 }
 
+/// A 4-byte counter buffer and an ended command buffer holding one launch
+/// of `fenceline_count` over `grid` blocks of one thread on it (each
+/// launch adds the grid's size), with the test kernels registered.
+pub fn counting_launch(
+    device: &Device,
+    grid: [u32; 3],
+) -> (fenceline::Buffer, fenceline::CommandBuffer) {
+    register_test_kernels();
+    let counter = device.buffer(4).unwrap();
+    let kernel = device.load_kernel(COUNT_PTX, "fenceline_count").unwrap();
+    let mut cb = device.command_buffer().unwrap();
+    cb.launch(
+        &kernel,
+        grid,
+        [1, 1, 1],
+        0,
+        &[fenceline::KernelArg::Buffer(&counter, 0)],
+    )
+    .unwrap();
+    cb.end().unwrap();
+    (counter, cb)
+}
+
 /// A host implementation of a kernel on the simulated driver.
 pub type SimKernel = extern "C" fn(*const u32, *const u32, *const *const c_void);
 
