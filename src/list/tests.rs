@@ -345,6 +345,23 @@ fn transfer_stack_push_list_keeps_list_order() {
 }
 
 #[test]
+fn transfer_stack_push_list_unordered_keeps_every_node_after_earlier_pushes() {
+    let nodes = Nodes::new(6);
+    let stack = TransferStack::new();
+    // SAFETY: node 0 pushed once.
+    stack.push(unsafe { nodes.single(0) });
+    assert!(!stack.push_list_unordered(slist(&nodes, 1..4)));
+    // SAFETY: node 4 pushed once.
+    stack.push(unsafe { nodes.single(4) });
+    assert!(!stack.push_list_unordered(SList::new()));
+    // The list comes out after the push before it, reversed, and before
+    // the push after it.
+    check_slist(&stack.take_all(), &[0, 3, 2, 1, 4]);
+    assert!(stack.push_list_unordered(slist(&nodes, 5..6)));
+    check_slist(&stack.take_all(), &[5]);
+}
+
+#[test]
 fn transfer_stack_threads_each_node_taken_once_in_push_order() {
     const PER: u32 = if cfg!(miri) { 100 } else { 5000 };
     /// Node pointers handed to a producer thread.

@@ -94,6 +94,25 @@ impl<L: SingleLink> TransferStack<L> {
         }
     }
 
+    /// Pushes every node of `list` with one CAS and no walk (O(1)), in no
+    /// promised order: `take_all` returns them after earlier pushes but in
+    /// reverse list order. For consumers to whom order means nothing (the
+    /// executor's injector: a worker giving back what it took and did not
+    /// keep would otherwise walk and rewrite every link twice a round).
+    /// Returns `true` if the stack was empty before.
+    pub fn push_list_unordered(&self, mut list: SList<L>) -> bool {
+        match list.take_ends() {
+            // SAFETY: as in `push_list`: the chain `head ..= tail`, linked
+            // through `next`, moves to the stack.
+            Ends {
+                head: Some(head),
+                tail: Some(tail),
+                ..
+            } => unsafe { self.push_chain(head, tail) },
+            _ => false,
+        }
+    }
+
     /// # Safety
     /// `first ..= last` is a chain linked through `next` of nodes we own.
     unsafe fn push_chain(&self, first: NonNull<L::Node>, last: NonNull<L::Node>) -> bool {

@@ -158,7 +158,11 @@ impl ExecutorState {
     /// Pushes a whole ready list from any thread and wakes a worker.
     pub(crate) fn inject_list(&self, list: SList<QueueLink>) {
         if !list.is_empty() {
-            self.injector.push_list(list);
+            // Ready tasks are independent: their order in the injector
+            // means nothing, so no walk to keep it (a 1024-way fork's
+            // spill, given back and taken again by the workers, was
+            // rewritten link by link twice a round).
+            self.injector.push_list_unordered(list);
             self.notify();
         }
     }
