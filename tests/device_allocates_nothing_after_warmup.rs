@@ -104,8 +104,8 @@ fn host_calls_allocate_only_past_their_documented_room() {
     );
 }
 
-/// Records one frame's work into `cb` (fill, update, copy, barrier, a
-/// 64-tile dispatch), ends it and executes it, signalling `done` to
+/// Records one frame's work into `cb` (fill, update, barrier, copy,
+/// barrier, a 64-tile dispatch), ends it and executes it, signalling `done` to
 /// `frame` once frame `frame - 1` signalled it.
 fn record_frame(
     cb: &mut fenceline::CommandBuffer,
@@ -118,6 +118,10 @@ fn record_frame(
     let f = frame as u8;
     cb.fill(&bufs[0], 0, 64, &[f]).unwrap();
     cb.update(&[f; 16], &bufs[1], 32).unwrap();
+    // Commands between barriers may run in parallel: the copy reads what
+    // the fill wrote only after a barrier. (Without it the copy raced the
+    // fill; the injector's old FIFO order happened to run the fill first.)
+    cb.barrier().unwrap();
     cb.copy(&bufs[0], 0, &bufs[1], 0, 32).unwrap();
     cb.barrier().unwrap();
     let s = sum.clone();
