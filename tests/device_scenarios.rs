@@ -96,7 +96,9 @@ fn execute_never_runs_user_work_on_the_calling_thread() {
         // Ready at once, and readied later by this thread's own signal.
         q.execute(&[], &[(&out, v + 1)], &[&cb]).unwrap();
         let g = gate.query().unwrap() + 1;
-        q.execute(&[(&gate, g)], &[(&out, v + 2)], &[&cb]).unwrap();
+        // (After the first too: a queue orders nothing by itself.)
+        q.execute(&[(&gate, g), (&out, v + 1)], &[(&out, v + 2)], &[&cb])
+            .unwrap();
         gate.signal(g).unwrap();
         out.wait(v + 2, LONG).unwrap();
         // A host call ready at once.
