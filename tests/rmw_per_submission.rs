@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use fenceline::{rmw_counts, CpuConfig, Device, Semaphore};
+use fenceline::{rmw_counts, CommandBuffer, CpuConfig, Device, Queue, Semaphore};
 
 const T: Duration = Duration::from_secs(10);
 const FRAMES: usize = 200;
@@ -81,21 +81,30 @@ fn device() -> Device {
     .unwrap()
 }
 
-#[test]
-fn rmws_per_submission_path() {
+/// Frames run by [`rig`] to warm the pools.
+const WARM: u64 = 64;
+
+/// The device, its queue, a command buffer of one 1-tile dispatch, and the
+/// semaphore its frames signal, after `WARM` frames (signalled 1..=WARM).
+fn rig() -> (Device, Queue, CommandBuffer, Semaphore) {
     let device = device();
     let queue = device.queue(0).unwrap();
     let mut cb = device.command_buffer().unwrap();
     cb.dispatch([1, 1, 1], |_| Ok(())).unwrap();
     cb.end().unwrap();
-    let (s, gate) = (Semaphore::new(0), Semaphore::new(0));
-    let mut n = 0u64;
-    // Warm the pools.
-    for _ in 0..64 {
-        n += 1;
+    let s = Semaphore::new(0);
+    for n in 1..=WARM {
         queue.execute(&[], &[(&s, n)], &[&cb]).unwrap();
         s.wait(n, T).unwrap();
     }
+    (device, queue, cb, s)
+}
+
+#[test]
+fn rmws_per_submission_path() {
+    let (_device, queue, cb, s) = rig();
+    let gate = Semaphore::new(0);
+    let mut n = WARM;
 
     println!("| path | caller's RMWs | other threads' RMWs (median) |");
     println!("|---|---|---|");
@@ -215,16 +224,8 @@ const HOP_TENTHS: u64 = 285;
 #[test]
 #[ignore = "prints a breakdown; run by hand"]
 fn rmw_sites() {
-    let device = device();
-    let queue = device.queue(0).unwrap();
-    let mut cb = device.command_buffer().unwrap();
-    cb.dispatch([1, 1, 1], |_| Ok(())).unwrap();
-    cb.end().unwrap();
-    let (s, gate) = (Semaphore::new(0), Semaphore::new(0));
-    for n in 1..=64 {
-        queue.execute(&[], &[(&s, n)], &[&cb]).unwrap();
-        s.wait(n, T).unwrap();
-    }
+    let (_device, queue, cb, s) = rig();
+    let gate = Semaphore::new(0);
     let print = |what: &str, sites: Vec<String>| {
         println!("{what}: {}", sites.len());
         for site in sites {
@@ -232,18 +233,20 @@ fn rmw_sites() {
         }
     };
     fenceline::rmw_trace(true);
-    queue.execute(&[], &[(&s, 65)], &[&cb]).unwrap();
+    queue.execute(&[], &[(&s, WARM + 1)], &[&cb]).unwrap();
     print("execute, ready", fenceline::rmw_trace(false));
-    s.wait(65, T).unwrap();
+    s.wait(WARM + 1, T).unwrap();
     std::thread::sleep(Duration::from_millis(20));
     fenceline::rmw_trace_all(true);
-    queue.execute(&[], &[(&s, 66)], &[&cb]).unwrap();
-    s.wait(66, T).unwrap();
+    queue.execute(&[], &[(&s, WARM + 2)], &[&cb]).unwrap();
+    s.wait(WARM + 2, T).unwrap();
     std::thread::sleep(Duration::from_millis(20));
     print("one frame, every thread", fenceline::rmw_trace_all(false));
-    queue.execute(&[(&gate, 1)], &[(&s, 67)], &[&cb]).unwrap();
+    queue
+        .execute(&[(&gate, 1)], &[(&s, WARM + 3)], &[&cb])
+        .unwrap();
     fenceline::rmw_trace(true);
     gate.signal(1).unwrap();
     print("signal that readies", fenceline::rmw_trace(false));
-    s.wait(67, T).unwrap();
+    s.wait(WARM + 3, T).unwrap();
 }

@@ -82,16 +82,7 @@ impl<L: SingleLink> TransferStack<L> {
     /// Returns `true` if the stack was empty before.
     pub fn push_list(&self, mut list: SList<L>) -> bool {
         list.reverse();
-        match list.take_ends() {
-            // SAFETY: the list owned the chain `head ..= tail`, linked through
-            // `next`, under the module contract, which now moves to the stack.
-            Ends {
-                head: Some(head),
-                tail: Some(tail),
-                ..
-            } => unsafe { self.push_chain(head, tail) },
-            _ => false,
-        }
+        self.push_list_unordered(list)
     }
 
     /// Pushes every node of `list` with one CAS and no walk (O(1)), in no
@@ -102,8 +93,8 @@ impl<L: SingleLink> TransferStack<L> {
     /// Returns `true` if the stack was empty before.
     pub fn push_list_unordered(&self, mut list: SList<L>) -> bool {
         match list.take_ends() {
-            // SAFETY: as in `push_list`: the chain `head ..= tail`, linked
-            // through `next`, moves to the stack.
+            // SAFETY: the list owned the chain `head ..= tail`, linked through
+            // `next`, under the module contract, which now moves to the stack.
             Ends {
                 head: Some(head),
                 tail: Some(tail),

@@ -91,8 +91,66 @@ pub(crate) fn fence(order: Ordering) {
     std::sync::atomic::fence(order);
 }
 
+/// The methods every counting atomic has, on a wrapper whose field `0` is
+/// the std atomic of values `$t`: RMWs count, loads and stores do not.
+macro_rules! counted_methods {
+    ($t:ty) => {
+        #[inline(always)]
+        pub(crate) fn load(&self, o: Ordering) -> $t {
+            self.0.load(o)
+        }
+        #[inline(always)]
+        pub(crate) fn store(&self, v: $t, o: Ordering) {
+            self.0.store(v, o)
+        }
+        #[inline(always)]
+        #[track_caller]
+        pub(crate) fn swap(&self, v: $t, o: Ordering) -> $t {
+            rmw();
+            self.0.swap(v, o)
+        }
+        #[inline(always)]
+        #[track_caller]
+        pub(crate) fn compare_exchange(
+            &self,
+            a: $t,
+            b: $t,
+            s: Ordering,
+            f: Ordering,
+        ) -> Result<$t, $t> {
+            rmw();
+            self.0.compare_exchange(a, b, s, f)
+        }
+        #[inline(always)]
+        #[track_caller]
+        pub(crate) fn compare_exchange_weak(
+            &self,
+            a: $t,
+            b: $t,
+            s: Ordering,
+            f: Ordering,
+        ) -> Result<$t, $t> {
+            rmw();
+            self.0.compare_exchange_weak(a, b, s, f)
+        }
+        #[inline(always)]
+        pub(crate) fn get_mut(&mut self) -> &mut $t {
+            self.0.get_mut()
+        }
+        #[inline(always)]
+        pub(crate) fn into_inner(self) -> $t {
+            self.0.into_inner()
+        }
+        #[inline(always)]
+        pub(crate) fn as_ptr(&self) -> *mut $t {
+            self.0.as_ptr()
+        }
+    };
+}
+
+/// A counting integer (or bool) atomic, with the listed `fetch_*` RMWs.
 macro_rules! counted_int {
-    ($name:ident, $t:ty) => {
+    ($name:ident, $t:ty $(, $fetch:ident)*) => {
         #[derive(Debug, Default)]
         #[repr(transparent)]
         pub(crate) struct $name(std::sync::atomic::$name);
@@ -102,100 +160,30 @@ macro_rules! counted_int {
             pub(crate) const fn new(v: $t) -> Self {
                 $name(std::sync::atomic::$name::new(v))
             }
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn load(&self, o: Ordering) -> $t {
-                self.0.load(o)
-            }
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn store(&self, v: $t, o: Ordering) {
-                self.0.store(v, o)
-            }
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn swap(&self, v: $t, o: Ordering) -> $t {
-                rmw();
-                self.0.swap(v, o)
-            }
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn compare_exchange(
-                &self,
-                a: $t,
-                b: $t,
-                s: Ordering,
-                f: Ordering,
-            ) -> Result<$t, $t> {
-                rmw();
-                self.0.compare_exchange(a, b, s, f)
-            }
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn compare_exchange_weak(
-                &self,
-                a: $t,
-                b: $t,
-                s: Ordering,
-                f: Ordering,
-            ) -> Result<$t, $t> {
-                rmw();
-                self.0.compare_exchange_weak(a, b, s, f)
-            }
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn get_mut(&mut self) -> &mut $t {
-                self.0.get_mut()
-            }
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn into_inner(self) -> $t {
-                self.0.into_inner()
-            }
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn as_ptr(&self) -> *mut $t {
-                self.0.as_ptr()
-            }
-        }
-    };
-    ($name:ident, $t:ty, arith) => {
-        counted_int!($name, $t);
-
-        #[allow(dead_code)]
-        impl $name {
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn fetch_add(&self, v: $t, o: Ordering) -> $t {
-                rmw();
-                self.0.fetch_add(v, o)
-            }
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn fetch_sub(&self, v: $t, o: Ordering) -> $t {
-                rmw();
-                self.0.fetch_sub(v, o)
-            }
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn fetch_or(&self, v: $t, o: Ordering) -> $t {
-                rmw();
-                self.0.fetch_or(v, o)
-            }
-            #[inline(always)]
-            #[track_caller]
-            pub(crate) fn fetch_and(&self, v: $t, o: Ordering) -> $t {
-                rmw();
-                self.0.fetch_and(v, o)
-            }
+            counted_methods!($t);
+            $(
+                #[inline(always)]
+                #[track_caller]
+                pub(crate) fn $fetch(&self, v: $t, o: Ordering) -> $t {
+                    rmw();
+                    self.0.$fetch(v, o)
+                }
+            )*
         }
     };
 }
 
 counted_int!(AtomicBool, bool);
-counted_int!(AtomicU32, u32, arith);
-counted_int!(AtomicU64, u64, arith);
-counted_int!(AtomicUsize, usize, arith);
+counted_int!(AtomicU32, u32, fetch_add, fetch_sub, fetch_or, fetch_and);
+counted_int!(AtomicU64, u64, fetch_add, fetch_sub, fetch_or, fetch_and);
+counted_int!(
+    AtomicUsize,
+    usize,
+    fetch_add,
+    fetch_sub,
+    fetch_or,
+    fetch_and
+);
 
 /// `AtomicPtr` with counted RMWs.
 #[derive(Debug, Default)]
@@ -207,56 +195,7 @@ impl<T> AtomicPtr<T> {
     pub(crate) const fn new(p: *mut T) -> Self {
         AtomicPtr(std::sync::atomic::AtomicPtr::new(p))
     }
-    #[inline(always)]
-    #[track_caller]
-    pub(crate) fn load(&self, o: Ordering) -> *mut T {
-        self.0.load(o)
-    }
-    #[inline(always)]
-    #[track_caller]
-    pub(crate) fn store(&self, p: *mut T, o: Ordering) {
-        self.0.store(p, o)
-    }
-    #[inline(always)]
-    #[track_caller]
-    pub(crate) fn swap(&self, p: *mut T, o: Ordering) -> *mut T {
-        rmw();
-        self.0.swap(p, o)
-    }
-    #[inline(always)]
-    #[track_caller]
-    pub(crate) fn compare_exchange(
-        &self,
-        a: *mut T,
-        b: *mut T,
-        s: Ordering,
-        f: Ordering,
-    ) -> Result<*mut T, *mut T> {
-        rmw();
-        self.0.compare_exchange(a, b, s, f)
-    }
-    #[inline(always)]
-    #[track_caller]
-    pub(crate) fn compare_exchange_weak(
-        &self,
-        a: *mut T,
-        b: *mut T,
-        s: Ordering,
-        f: Ordering,
-    ) -> Result<*mut T, *mut T> {
-        rmw();
-        self.0.compare_exchange_weak(a, b, s, f)
-    }
-    #[inline(always)]
-    #[track_caller]
-    pub(crate) fn get_mut(&mut self) -> &mut *mut T {
-        self.0.get_mut()
-    }
-    #[inline(always)]
-    #[track_caller]
-    pub(crate) fn into_inner(self) -> *mut T {
-        self.0.into_inner()
-    }
+    counted_methods!(*mut T);
 }
 
 /// `std::sync::Arc` with its count changes counted (clone and drop; `new`,
