@@ -122,6 +122,7 @@ impl<P> QueueAction<P> {
             addr_of_mut!((*a).timepoint).write(Timepoint::new(0, wake, a.cast_const().cast()));
             addr_of_mut!((*a).owner).write(owner);
             addr_of_mut!((*a).block).write(block.index());
+            // An upper bound while the waits are written (see `Built`).
             addr_of_mut!((*a).wait_count).write(waits.len() as u32);
             addr_of_mut!((*a).signal_count).write(signals.len() as u32);
             addr_of_mut!((*a).cursor).write(0);
@@ -136,12 +137,20 @@ impl<P> QueueAction<P> {
             pool,
             written: 0,
         };
-        let entries = waits.iter().chain(signals);
-        for (i, (sem, value)) in entries.enumerate() {
-            // SAFETY: `i` is below the total and the slot is unwritten.
-            let slot = unsafe { built.slot_for_write(i) }?;
-            slot.write(((*sem).clone(), *value));
-            built.written += 1;
+        // A wait already reached is met for good (a timeline only goes
+        // up): it is not stored, so the action neither retains its
+        // semaphore nor looks at it again. A failed semaphore is kept, and
+        // fails the action when it is classified.
+        let unmet = waits
+            .iter()
+            .filter(|(sem, value)| !matches!(sem.query(), Ok(v) if v >= *value));
+        for (sem, value) in unmet {
+            built.write(sem, *value)?;
+        }
+        // SAFETY: we own the action being built; the waits are written.
+        unsafe { (*a).wait_count = built.written as u32 };
+        for (sem, value) in signals {
+            built.write(sem, *value)?;
         }
         std::mem::forget(built);
         Ok(action)
@@ -247,6 +256,15 @@ struct Built<'p, P> {
 }
 
 impl<P> Built<'_, P> {
+    /// Writes the next entry.
+    fn write(&mut self, sem: &Semaphore, value: u64) -> Result<(), Error> {
+        // SAFETY: entries are written in order, `written` is the next.
+        let slot = unsafe { self.slot_for_write(self.written) }?;
+        slot.write((sem.clone(), value));
+        self.written += 1;
+        Ok(())
+    }
+
     /// The slot for entry `i`, chaining an overflow block when needed.
     ///
     /// # Safety

@@ -152,11 +152,13 @@ impl<B: Backend> PendingQueue<B> {
             owner,
         )?;
         shared.refs.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: a new action, in no list, handed to the submit stack; it
-        // stays allocated until it is finished.
-        shared.incoming.push(unsafe { Handle::from_raw(action) });
         // The handle (borrowed for this call) keeps the state alive.
-        shared.request_issue();
+        if !shared.issue_direct(action) {
+            // SAFETY: a new action, in no list, handed to the submit stack;
+            // it stays allocated until it is finished.
+            shared.incoming.push(unsafe { Handle::from_raw(action) });
+            shared.request_issue();
+        }
         Ok(())
     }
 
@@ -357,20 +359,58 @@ impl<B: Backend> QueueState<B> {
     fn issue(&self) {
         // AcqRel: acquire what requesters published before bumping;
         // release our own pushes to the issuer we may hand over to.
-        let mut seen = self.requests.fetch_add(1, Ordering::AcqRel) + 1;
+        let seen = self.requests.fetch_add(1, Ordering::AcqRel) + 1;
         // After the first access: the model checker may run another thread
         // (one that frees the state) just before it.
         liveness::check(self, "a queue's state (issue requested)");
-        if seen != 1 {
-            return;
+        if seen == 1 {
+            self.drain(seen, None);
         }
+    }
+
+    /// A submission's shortcut: when no pass is running and this thread
+    /// may issue, take the issuer's turn (0 to 1) and handle `action` at
+    /// once, without the round trip through the submit stack (its push
+    /// and the pass's `take_all`), then drain as usual. `false`: the turn
+    /// is taken (or issuing here is not allowed); the caller pushes the
+    /// action and requests an issue instead. New actions have no order
+    /// among themselves (a queue orders only through semaphores), so
+    /// handling this one before older ones still on the stack is allowed.
+    fn issue_direct(&self, action: NonNull<Action<B>>) -> bool {
+        if !self.backend.can_issue_inline() || self.requests.load(Ordering::Relaxed) != 0 {
+            return false;
+        }
+        // AcqRel: acquire the previous issuer's release of the turn (its
+        // writes to the issuer state); release is for symmetry with
+        // `issue`'s bump.
+        if self
+            .requests
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        self.drain(1, Some(action));
+        true
+    }
+
+    /// Runs passes as the issuer until the turn is given back with no
+    /// request left; `first`, a new action, is handled before the first
+    /// pass.
+    fn drain(&self, mut seen: usize, mut first: Option<NonNull<Action<B>>>) {
         let _pass = PassDepth::enter();
         let mut panicked = FirstPanic::default();
         loop {
             // SAFETY: the counter went from 0 to 1 under us: we are the only
             // issuer until we swing it back to 0.
             let issuer = unsafe { self.issuer_state() };
-            panicked.run(|| self.pass(issuer));
+            if let Some(action) = first.take() {
+                let closed = self.closed.load(Ordering::Acquire);
+                panicked.run(|| self.handle(issuer, action, closed));
+                self.add_examined(1);
+            } else {
+                panicked.run(|| self.pass(issuer));
+            }
             match self
                 .requests
                 .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire)
@@ -419,11 +459,16 @@ impl<B: Backend> QueueState<B> {
             panicked.run(|| self.cancel_waiting(issuer));
         }
         if examined > 0 {
-            // Only the issuer writes it (one pass at a time): no RMW.
-            let before = self.examined.load(Ordering::Relaxed);
-            self.examined.store(before + examined, Ordering::Relaxed);
+            self.add_examined(examined);
         }
         panicked.resume();
+    }
+
+    /// Counts actions examined; called by the issuer only.
+    fn add_examined(&self, n: u64) {
+        // Only the issuer writes it (one pass at a time): no RMW.
+        let before = self.examined.load(Ordering::Relaxed);
+        self.examined.store(before + n, Ordering::Relaxed);
     }
 
     fn handle(
@@ -474,7 +519,11 @@ impl<B: Backend> QueueState<B> {
         let a = unsafe { &mut *action.as_ptr() };
         while a.cursor < a.wait_count {
             let (sem, value) = a.wait(a.cursor as usize);
-            let (sem, value) = (sem.clone(), *value);
+            let (sem, value) = (NonNull::from(sem), *value);
+            // SAFETY: the entry stays in place and unchanged while the
+            // action lives (only the fields written below change), and the
+            // action outlives this call: no clone (two RMWs) needed.
+            let sem = unsafe { sem.as_ref() };
             match sem.query() {
                 Err(e) => return Class::Failed(e),
                 Ok(v) if v >= value => {
@@ -484,7 +533,7 @@ impl<B: Backend> QueueState<B> {
                 Ok(_) => {}
             }
             if usize::from(a.device_wait_count) < DEVICE_WAITS {
-                if let Some(event) = self.backend.device_wait(&sem, value) {
+                if let Some(event) = self.backend.device_wait(sem, value) {
                     a.device_waits[usize::from(a.device_wait_count)] = Some(event);
                     a.device_wait_count += 1;
                     a.cursor += 1;
