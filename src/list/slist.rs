@@ -105,6 +105,70 @@ impl<L: SingleLink> SList<L> {
         prefix.ends = Ends::EMPTY;
     }
 
+    /// Detaches the first `n` nodes (all of them if fewer), in order, O(n).
+    pub fn split_front(&mut self, n: usize) -> SList<L> {
+        if n >= self.ends.len {
+            return std::mem::take(self);
+        }
+        if n == 0 {
+            return SList::new();
+        }
+        let head = self.ends.head;
+        let mut last = head;
+        for _ in 1..n {
+            // SAFETY: the first `n` nodes are linked here, hence valid.
+            last = last.and_then(|node| unsafe { next::<L>(node) });
+        }
+        let Some(last) = last else {
+            unreachable!("len counts the linked nodes");
+        };
+        // SAFETY: `last` is linked here, hence valid; cutting after it
+        // leaves two well-formed chains.
+        unsafe {
+            self.ends.head = next::<L>(last);
+            set_next::<L>(last, None);
+        }
+        self.ends.len -= n;
+        // SAFETY: `head ..= last` is a chain of `n` nodes we own, ended by
+        // `None`.
+        unsafe {
+            SList::from_ends(Ends {
+                head,
+                tail: Some(last),
+                len: n,
+            })
+        }
+    }
+
+    /// Gives up the chain as its first node (the caller owns the chain
+    /// from there on, ended by `None`); `None` if empty.
+    pub fn into_chain(mut self) -> Option<NonNull<L::Node>> {
+        self.take_ends().head
+    }
+
+    /// Takes ownership of a chain given up by [`into_chain`](Self::into_chain),
+    /// O(n) (walks it to count it and find its tail).
+    ///
+    /// # Safety
+    /// `head` starts a chain of valid nodes linked through `L`, ended by
+    /// `None`, that the caller owns under the module contract.
+    pub unsafe fn from_chain(head: NonNull<L::Node>) -> SList<L> {
+        let (mut tail, mut len) = (head, 1);
+        // SAFETY: the chain's nodes are valid per contract.
+        while let Some(n) = unsafe { next::<L>(tail) } {
+            tail = n;
+            len += 1;
+        }
+        // SAFETY: per contract, with the tail and length just counted.
+        unsafe {
+            SList::from_ends(Ends {
+                head: Some(head),
+                tail: Some(tail),
+                len,
+            })
+        }
+    }
+
     /// Reverses the list in place, O(n).
     pub fn reverse(&mut self) {
         let mut reversed: Option<NonNull<L::Node>> = None;

@@ -30,7 +30,7 @@ use crossbeam_utils::CachePadded;
 use super::kind::{WaitLink, WaitState};
 use super::scope::ScopeInner;
 use super::sleep::SleepState;
-use super::task::{Outcome, QueueLink, Task, TaskPtr, FLAG_CANCELLED, FLAG_FAILED};
+use super::task::{ForkLink, Outcome, QueueLink, Task, TaskPtr, FLAG_CANCELLED, FLAG_FAILED};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, SList, TransferStack};
 use crate::pool::{BlockCache, BlockPool, RawBlock};
@@ -42,6 +42,16 @@ use crate::unwind::{panic_error, FirstPanic};
 /// Tasks a worker's deque holds before the rest spill to the injector.
 /// (1 under the model checker, so that small models reach the spill path.)
 pub(crate) const LOCAL_CAP: usize = if cfg!(fenceline_loom) { 1 } else { 64 };
+
+/// Most tasks in one chunk of the injector: what a taker's empty deque
+/// holds, plus the one it runs. (3 under the model checker, more than its
+/// deque and the task run, so that small models reach the give-back of a
+/// chunk's rest.)
+const CHUNK: usize = if cfg!(fenceline_loom) {
+    3
+} else {
+    LOCAL_CAP + 1
+};
 
 /// One worker's slot in the shared state.
 ///
@@ -97,7 +107,14 @@ impl Slot {
 /// State shared by the executor handle, its workers and its tasks.
 pub(crate) struct ExecutorState {
     pub(crate) pool: BlockPool,
-    pub(crate) injector: TransferStack<QueueLink>,
+    /// Ready tasks in chunks of at most [`CHUNK`]: the stack links the
+    /// chunks' first tasks through [`ForkLink`] (free once a task is ready:
+    /// a barrier unlinks its dependents before releasing them), and each
+    /// chunk chains its tasks through [`QueueLink`]. A taker gets a whole
+    /// chunk and gives the other chunks back, so a 1024-way fork's spill
+    /// is walked once, by the worker that runs it, not taken and given back
+    /// whole by each taker in turn.
+    pub(crate) injector: TransferStack<ForkLink>,
     pub(crate) stealers: Box<[Stealer<TaskPtr>]>,
     pub(crate) slots: Box<[Slot]>,
     sleep: CachePadded<SleepState>,
@@ -149,22 +166,42 @@ impl ExecutorState {
 
     /// Pushes a ready task from any thread and wakes a worker.
     pub(crate) fn inject(&self, task: NonNull<Task>) {
+        let mut chunk = SList::<QueueLink>::new();
         // SAFETY: the task is ready and ours to hand over, in no queue; it
         // stays allocated until it runs.
-        self.injector.push(unsafe { Handle::from_raw(task) });
+        chunk.push_back(unsafe { Handle::from_raw(task) });
+        self.push_chunks(Self::chunk(chunk));
         self.notify();
     }
 
     /// Pushes a whole ready list from any thread and wakes a worker.
-    pub(crate) fn inject_list(&self, list: SList<QueueLink>) {
-        if !list.is_empty() {
-            // Ready tasks are independent: their order in the injector
-            // means nothing, so no walk to keep it (a 1024-way fork's
-            // spill, given back and taken again by the workers, was
-            // rewritten link by link twice a round).
-            self.injector.push_list_unordered(list);
-            self.notify();
+    pub(crate) fn inject_list(&self, mut list: SList<QueueLink>) {
+        if list.is_empty() {
+            return;
         }
+        let mut chunks = SList::<ForkLink>::new();
+        while !list.is_empty() {
+            chunks.append(&mut Self::chunk(list.split_front(CHUNK)));
+        }
+        self.push_chunks(chunks);
+        self.notify();
+    }
+
+    /// A non-empty list of ready tasks as one chunk (a one-chunk list).
+    fn chunk(list: SList<QueueLink>) -> SList<ForkLink> {
+        let mut one = SList::new();
+        if let Some(first) = list.into_chain() {
+            // SAFETY: the chain's first task stands for the chunk; it is
+            // ready, so its fork link is free (see `injector`).
+            one.push_back(unsafe { Handle::from_raw(first) });
+        }
+        one
+    }
+
+    fn push_chunks(&self, chunks: SList<ForkLink>) {
+        // Ready tasks are independent: the order of chunks means nothing,
+        // so no walk to keep it.
+        self.injector.push_list_unordered(chunks);
     }
 
     /// New work was published: bump the epoch; wake one sleeper if any.
@@ -442,8 +479,16 @@ impl Worker {
         if let Some(t) = self.local().pop() {
             return Some(t.0);
         }
-        let mut taken = self.shared.injector.take_all();
-        if let Some(first) = taken.pop_front().map(Handle::into_raw) {
+        // Oldest chunk first (the reversal walks chunks, not tasks).
+        let mut chunks = self.shared.injector.take_all();
+        if let Some(head) = chunks.pop_front().map(Handle::into_raw) {
+            // SAFETY: the chunk's chain was given up to the injector by
+            // `chunk` and is ours now that the take gave us its head.
+            let mut taken = unsafe { SList::<QueueLink>::from_chain(head) };
+            let first = taken.pop_front().map(Handle::into_raw);
+            let Some(first) = first else {
+                unreachable!("a chunk holds a task");
+            };
             // Keep what fits the deque (stealable there) and give the rest
             // back to the injector for the other workers.
             while self.local().len() < LOCAL_CAP {
@@ -453,8 +498,13 @@ impl Worker {
                 }
             }
             if !taken.is_empty() {
+                chunks.append(&mut ExecutorState::chunk(taken));
+            }
+            if !chunks.is_empty() {
+                // In order (a walk over chunks): the oldest stay first.
+                self.shared.injector.push_list(chunks);
                 // Its notify covers the tasks kept as well.
-                self.shared.inject_list(taken);
+                self.shared.notify();
             } else {
                 // Workers woken for these may have found the injector
                 // empty: tell them before running `first`.
