@@ -10,6 +10,11 @@
 //!   1-tile executes (queue + executor); the floor,
 //!   `floor_cacheline_hop`: two threads spinning on one atomic, each hop
 //!   one hand-off of its cache line.
+//! - `chained_dispatches_200`: 200 executes of a 1024-tile dispatch (each
+//!   tile sums 256 floats and stores the sum), each waiting on the one
+//!   before through a semaphore, one host wait at the end; the peer, 200
+//!   rayon `par_iter`s over the same tiles, one after another, on a
+//!   2-thread pool.
 //!
 //! The pipeline's frame time against rayon + std channels is in
 //! `benches/pipeline.rs` (and `cargo run --release --example pipeline`).
@@ -177,12 +182,70 @@ fn chain(c: &mut Criterion) {
     group.finish();
 }
 
+fn chained_dispatches(c: &mut Criterion) {
+    use rayon::prelude::*;
+    use std::sync::atomic::AtomicU32;
+    const FRAMES: u64 = 200;
+    const TILES: usize = 1024;
+    const PER_TILE: usize = 256;
+    let mut group = c.benchmark_group("chained_dispatches_200");
+    group.throughput(Throughput::Elements(FRAMES));
+    let input: Arc<Vec<f32>> = Arc::new((0..TILES * PER_TILE).map(|i| (i % 7) as f32).collect());
+    let out: Arc<Vec<AtomicU32>> = Arc::new((0..TILES).map(|_| AtomicU32::new(0)).collect());
+    let tile = {
+        let (input, out) = (input.clone(), out.clone());
+        move |i: usize| {
+            let sum: f32 = input[i * PER_TILE..(i + 1) * PER_TILE].iter().sum();
+            out[i].store(sum.to_bits(), Ordering::Relaxed);
+        }
+    };
+    let d = device();
+    let q = d.queue(0).unwrap();
+    let mut cb = d.command_buffer().unwrap();
+    let t = tile.clone();
+    cb.dispatch([TILES as u32, 1, 1], move |tile| {
+        t(tile.workgroup_id[0] as usize);
+        Ok(())
+    })
+    .unwrap();
+    cb.end().unwrap();
+    let s = Semaphore::new(0);
+    group.bench_function("fenceline", |b| {
+        b.iter(|| {
+            let base = s.query().unwrap();
+            q.execute(&[], &[(&s, base + 1)], &[&cb]).unwrap();
+            for k in 1..FRAMES {
+                q.execute(&[(&s, base + k)], &[(&s, base + k + 1)], &[&cb])
+                    .unwrap();
+            }
+            s.wait(base + FRAMES, Timeout::Never).unwrap();
+        })
+    });
+    drop(d);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    group.bench_function("rayon_par_iter", |b| {
+        b.iter(|| {
+            pool.install(|| {
+                for _ in 0..FRAMES {
+                    (0..TILES).into_par_iter().for_each(&tile);
+                }
+            })
+        })
+    });
+    let expected: f32 = input[..PER_TILE].iter().sum();
+    assert_eq!(f32::from_bits(out[0].load(Ordering::Relaxed)), expected);
+    group.finish();
+}
+
 criterion_group! {
     name = device_benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .sample_size(20);
-    targets = first_tile, chain
+    targets = first_tile, chain, chained_dispatches
 }
 criterion_main!(device_benches);

@@ -70,6 +70,48 @@ fn two_workers_run_a_fork_join_once_each_and_the_scope_goes_idle() {
     });
 }
 
+// Catches: a dispatch that completes before every tile ran. The dispatch
+// runs tiles itself (it is its first shard) next to one shard task that
+// the other worker may steal; the task after it checks that every tile
+// ran, once. Mutation checked: the dispatch done after its own tiles
+// whatever its count says (`finish_one`'s answer ignored): the model
+// fails (the dispatch retires while its shard still uses it: loom's
+// object checks panic, then a deadlock).
+#[test]
+fn a_dispatch_completes_after_every_tile_of_every_shard() {
+    // One preemption (two took 9 minutes, and pass).
+    blocking_model().check(|| {
+        let exec = exec(2);
+        let scope = Scope::new();
+        let tiles: Arc<Vec<AtomicUsize>> = Arc::new((0..3).map(|_| AtomicUsize::new(0)).collect());
+        let mut g = exec.graph(&scope);
+        let t = tiles.clone();
+        let dispatch = g
+            .dispatch([3, 1, 1], move |tile| {
+                t[tile.workgroup_id[0] as usize].fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap();
+        let t = tiles.clone();
+        let after = g
+            .call(move |_| {
+                for (i, c) in t.iter().enumerate() {
+                    assert_eq!(
+                        c.load(Ordering::Relaxed),
+                        1,
+                        "tile {i} before the successor"
+                    );
+                }
+                Ok(())
+            })
+            .unwrap();
+        g.set_completion(dispatch, after).unwrap();
+        g.submit();
+        scope.wait_idle(Timeout::Never).unwrap();
+        drop(exec);
+    });
+}
+
 // Catches: a task of an injector chunk lost or run twice. Three ready
 // roots submitted from outside go into the injector as one chunk (3 tasks
 // under the model checker, where a worker's deque holds 1): the worker

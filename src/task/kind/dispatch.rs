@@ -5,10 +5,10 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use super::{new_task, Kind};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::small_box::SmallBox;
 use crate::sync::atomic::{AtomicBool, Ordering};
-use crate::task::task::{Outcome, Task, PAYLOAD};
+use crate::task::task::{Outcome, Task, FLAG_FAILED, PAYLOAD};
 use crate::task::tile_counter::TileCounter;
 use crate::task::worker::Worker;
 use crate::task::Tile;
@@ -83,9 +83,17 @@ where
             let f = unsafe { &(*Task::payload_ptr::<DispatchPayload<F>>(task)).f }.get();
             return Outcome::Done(guarded(|| f.run(p.size, 0, total)));
         }
-        p.tiles = TileCounter::new(total, (total / (shards * 16)).clamp(1, 1024));
-        t.unfinished.set(1); // hold while adding shards
-        for _ in 0..shards {
+        p.tiles = TileCounter::guided(total, shards, (total / (shards * 16)).clamp(1, 1024));
+        // From here on the grid is shared with the shards: shared
+        // references only.
+        // SAFETY: the payload is a `DispatchPayload<F>`, alive while this
+        // task is (and it outlives every shard, which counts toward it).
+        let DispatchPayload { f, grid: p } = unsafe { t.payload::<DispatchPayload<F>>() };
+        t.unfinished.set(1); // hold while adding shards and running tiles here
+                             // This task is the first shard itself: one shard task fewer (its
+                             // block, counts and deque trip), and this worker starts on tiles
+                             // at once.
+        for _ in 1..shards {
             let shard = match new_task(
                 &mut worker.cache,
                 t.scope,
@@ -111,11 +119,46 @@ where
             worker.shared.live.fetch_add(1, Ordering::Relaxed);
             worker.push(shard);
         }
-        if t.finish_one() {
-            // Thieves ran every shard already: ready again for the second run.
-            worker.push(task);
+        // The other workers hear of the shards before this one runs tiles
+        // (user code, which may block).
+        worker.publish();
+        if let Err(e) = claim_and_run(f.get(), p) {
+            // Counted like a failed shard: the scope keeps the error and
+            // the dispatch, once the shards are done, fails.
+            // SAFETY: the task keeps its scope alive.
+            unsafe { t.scope.as_ref() }.record(e);
+            t.mark_failed();
         }
+        if t.finish_one() {
+            // Every shard is done (or none was made): the dispatch is done
+            // now, failed if a shard (or this one) failed, with no second
+            // run.
+            return Outcome::Done(if t.flags.load(Ordering::Acquire) & FLAG_FAILED != 0 {
+                Err(Error::new(ErrorKind::Aborted, "a dispatch shard failed"))
+            } else {
+                Ok(())
+            });
+        }
+        // The last shard to finish makes this task ready again: its second
+        // run completes it (or, if one failed, it is skipped).
         Outcome::Suspended
+    }
+}
+
+/// Claims and runs ranges of the dispatch's tiles until none is left or
+/// one fails (which stops the others).
+fn claim_and_run<F: Tiles>(f: &F, p: &Grid) -> Result<(), Error> {
+    loop {
+        if p.stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let Some((start, end)) = p.tiles.claim() else {
+            return Ok(());
+        };
+        if let Err(e) = guarded(|| f.run(p.size, start, end)) {
+            p.stop.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
     }
 }
 
@@ -132,20 +175,7 @@ where
         // SAFETY: as above; shards only read it and use its atomics.
         let DispatchPayload { f, grid: p } =
             unsafe { dispatch.as_ref().payload::<DispatchPayload<F>>() };
-        let f = f.get();
-        loop {
-            if p.stop.load(Ordering::Relaxed) {
-                return Outcome::Done(Ok(()));
-            }
-            let Some((start, end)) = p.tiles.claim() else {
-                return Outcome::Done(Ok(()));
-            };
-            let r = guarded(|| f.run(p.size, start, end));
-            if let Err(e) = r {
-                p.stop.store(true, Ordering::Relaxed);
-                return Outcome::Done(Err(e));
-            }
-        }
+        Outcome::Done(claim_and_run(f.get(), p))
     }
 }
 
