@@ -2,6 +2,7 @@
 //! park, and intrusive [`Timepoint`]s for queues and devices.
 
 pub mod event_pool;
+mod future;
 #[allow(clippy::module_inception)]
 mod semaphore;
 mod timeout;
@@ -9,6 +10,7 @@ pub mod timepoint;
 mod wait;
 
 pub use event_pool::{AnyEvent, EventHandle, EventPool};
+pub use future::WaitFuture;
 pub use semaphore::{Registration, Semaphore, DEVICE_SIGNALS};
 pub use timeout::Timeout;
 pub use timepoint::{Timepoint, TimepointFn, TimepointPool};

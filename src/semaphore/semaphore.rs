@@ -466,6 +466,14 @@ impl Semaphore {
     pub fn timepoints_examined(&self) -> u64 {
         self.inner.examined.load(Ordering::Relaxed)
     }
+
+    /// Timepoints registered and not yet unlinked (fired or cancelled): for
+    /// tests proving that a dropped waiter leaves nothing behind. Exact
+    /// when no registration, signal or cancel is running.
+    #[doc(hidden)]
+    pub fn timepoints_registered(&self) -> usize {
+        self.inner.waiting.load(Ordering::Acquire)
+    }
 }
 
 impl Inner {

@@ -1,0 +1,374 @@
+//! Awaiting a semaphore from any async runtime: [`Semaphore::wait_async`].
+//!
+//! The future owns its timepoint (inside the pinned future: no
+//! allocation) and an [`AtomicWaker`]-style slot for the waker of the
+//! task that polls it. The first poll checks the value, stores the waker
+//! and registers the timepoint; the timepoint's callback, on the thread
+//! that signals, takes the waker out, publishes the outcome and marks the
+//! node done (its last access to the future), then wakes the task.
+//! Dropping the future before that cancels the timepoint; if the callback
+//! is already running, the drop waits the few instructions until it is
+//! done with the node, so no callback touches a dropped future.
+//!
+//! Waker replacement (a poll with another task's waker) races the
+//! callback safely: the slot's state word lets exactly one of the two own
+//! the stored waker at a time, and a poll that finds the callback begun
+//! wakes its own waker at once (`futures`' `AtomicWaker`, made one-shot:
+//! the callback's mark is never cleared, so no later poll can store a
+//! waker that nobody will wake).
+
+use std::future::Future;
+use std::marker::PhantomPinned;
+use std::pin::Pin;
+use std::ptr::NonNull;
+use std::task::{Context, Poll, Waker};
+
+use super::semaphore::{Registration, Semaphore};
+use super::timepoint::Timepoint;
+use crate::error::Error;
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::{liveness, UnsafeCell};
+
+/// No one holds the waker slot.
+const IDLE: usize = 0;
+/// A poll is storing a waker.
+const REGISTERING: usize = 1;
+/// The callback has begun: set once, never cleared.
+const WAKING: usize = 2;
+
+/// A waker slot shared by one poller and a one-shot waker (the
+/// timepoint's callback), without a lock. Once the callback has begun
+/// (`WAKING`), every later `register` wakes its own waker at once, so a
+/// poll that does not yet see the callback's outcome is polled again.
+pub(crate) struct AtomicWaker {
+    state: AtomicUsize,
+    waker: UnsafeCell<Option<Waker>>,
+}
+
+impl AtomicWaker {
+    pub(crate) fn new() -> AtomicWaker {
+        AtomicWaker {
+            state: AtomicUsize::new(IDLE),
+            waker: UnsafeCell::new(None),
+        }
+    }
+
+    /// Stores `waker` (keeping the stored one if it would wake the same
+    /// task). Called by the poller only, never concurrently with itself.
+    pub(crate) fn register(&self, waker: &Waker) {
+        if self
+            .state
+            .compare_exchange(IDLE, REGISTERING, Ordering::Acquire, Ordering::Acquire)
+            .is_err()
+        {
+            // The callback has begun: it may have taken an older waker (or
+            // none), so wake this one now.
+            waker.wake_by_ref();
+            return;
+        }
+        // SAFETY: REGISTERING gives us the slot: `take` leaves it alone
+        // while this state is set.
+        self.waker.with_mut(|slot| unsafe {
+            match &*slot {
+                Some(old) if old.will_wake(waker) => {}
+                _ => *slot = Some(waker.clone()),
+            }
+        });
+        // Release: the stored waker, to a `take` that comes after.
+        if self
+            .state
+            .compare_exchange(REGISTERING, IDLE, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // The callback began while we stored, and left the slot to us
+            // (the state stays `REGISTERING | WAKING`, so it is still
+            // ours): wake the task ourselves.
+            // SAFETY: as above.
+            let stored = self.waker.with_mut(|slot| unsafe { (*slot).take() });
+            if let Some(w) = stored {
+                w.wake();
+            }
+        }
+    }
+
+    /// Takes the stored waker, or leaves it to a `register` in progress
+    /// (which then wakes it itself). Called by the callback only, once.
+    pub(crate) fn take(&self) -> Option<Waker> {
+        // AcqRel: acquire the waker a finished `register` released.
+        if self.state.fetch_or(WAKING, Ordering::AcqRel) != IDLE {
+            return None;
+        }
+        // SAFETY: `WAKING` from `IDLE`: no `register` will touch the slot
+        // again.
+        self.waker.with_mut(|slot| unsafe { (*slot).take() })
+    }
+}
+
+/// The part of a [`WaitFuture`] the semaphore's list points into.
+#[repr(C)]
+struct Node {
+    /// First field: the callback gets a pointer to it and casts back.
+    tp: Timepoint,
+    waker: AtomicWaker,
+    /// The callback's outcome, written before `done` is set.
+    result: UnsafeCell<Option<Result<(), Error>>>,
+    /// Set by the callback as its last access to the node (Release).
+    done: AtomicBool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    /// Not polled yet: nothing registered.
+    New,
+    /// The timepoint is registered: the callback or a cancel ends it.
+    Registered,
+    /// Finished (the callback ran, or the answer came without one).
+    Done,
+}
+
+/// The future of [`Semaphore::wait_async`]: resolves to `Ok(())` once the
+/// semaphore reaches the value, or to its failure.
+///
+/// Needs no runtime (only [`Waker`]) and allocates nothing: its timepoint
+/// lives inside it, so it must stay pinned while registered (`.await`
+/// pins it). Polling it with a different waker replaces the stored one.
+/// Dropping it before it resolves unregisters it: no callback touches it
+/// afterwards (if the semaphore is signalling it at that moment, the drop
+/// waits the few instructions the callback still needs).
+#[must_use = "futures do nothing unless polled"]
+pub struct WaitFuture<'a> {
+    semaphore: &'a Semaphore,
+    value: u64,
+    state: State,
+    node: UnsafeCell<Node>,
+    _pinned: PhantomPinned,
+}
+
+// SAFETY: the node is touched by the polling thread (through `&mut self`)
+// and by the callback only under the protocol above (the waker slot's
+// state word, then `done`); `Timepoint` and `Waker` are `Send`, and
+// `Semaphore` is `Sync`.
+unsafe impl Send for WaitFuture<'_> {}
+
+impl std::fmt::Debug for WaitFuture<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitFuture")
+            .field("value", &self.value)
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+/// Callback of an async wait's timepoint.
+///
+/// # Safety
+/// `tp` is the `tp` field of the `Node` of a live `WaitFuture`, which
+/// stays alive until `done` is set (its drop waits for that).
+unsafe fn wake(tp: NonNull<Timepoint>, result: Result<(), Error>) {
+    let node = tp.cast::<Node>().as_ptr();
+    liveness::check(node, "a wait_async future (its timepoint fired)");
+    // Field projections, not `&Node`: the poller reads other fields
+    // meanwhile.
+    // SAFETY: alive until `done` is set (contract).
+    let waker = unsafe { (*std::ptr::addr_of!((*node).waker)).take() };
+    // Under the model checker: the drop may run right here; it must still
+    // wait for `done`.
+    liveness::check(node, "a wait_async future (its callback running)");
+    // SAFETY: as above; the poller reads `result` only after seeing `done`.
+    unsafe { &*std::ptr::addr_of!((*node).result) }.with_mut(|r| unsafe { *r = Some(result) });
+    // Release: the outcome, to the poller that sees `done`. After this
+    // store the node may be freed: not touched again.
+    // SAFETY: as above.
+    unsafe { &*std::ptr::addr_of!((*node).done) }.store(true, Ordering::Release);
+    if let Some(w) = waker {
+        w.wake();
+    }
+}
+
+impl Semaphore {
+    /// A future that resolves when the value is `>= value` (`Ok`) or the
+    /// semaphore fails (its error). Works with any executor (it needs only
+    /// a [`Waker`]), allocates nothing, and is cancel-safe: dropping it
+    /// before it resolves leaves nothing registered.
+    ///
+    /// # Errors
+    ///
+    /// The semaphore's failure (its own kind), if it failed before the
+    /// value was reached.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::Semaphore;
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     struct Noop;
+    /// #     impl std::task::Wake for Noop { fn wake(self: std::sync::Arc<Self>) {} }
+    /// #     let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
+    /// #     let mut cx = std::task::Context::from_waker(&waker);
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     loop {
+    /// #         if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; }
+    /// #         std::thread::yield_now();
+    /// #     }
+    /// # }
+    /// let s = Semaphore::new(0);
+    /// let producer = s.clone();
+    /// let t = std::thread::spawn(move || producer.signal(3));
+    /// block_on(s.wait_async(3))?; // or `s.wait_async(3).await` in async code
+    /// t.join().expect("the producer does not panic")?;
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn wait_async(&self, value: u64) -> WaitFuture<'_> {
+        WaitFuture {
+            semaphore: self,
+            value,
+            state: State::New,
+            node: UnsafeCell::new(Node {
+                tp: Timepoint::new(value, wake, std::ptr::null()),
+                waker: AtomicWaker::new(),
+                result: UnsafeCell::new(None),
+                done: AtomicBool::new(false),
+            }),
+            _pinned: PhantomPinned,
+        }
+    }
+}
+
+impl WaitFuture<'_> {
+    /// The node, through the cell's raw pointer (the semaphore holds
+    /// pointers derived from the same place while registered).
+    fn node(&self) -> *mut Node {
+        self.node.with_mut(|n| n)
+    }
+
+    /// The callback's outcome, once `done` is seen.
+    fn outcome(&self) -> Option<Result<(), Error>> {
+        let node = self.node();
+        // SAFETY: the node lives in `self`; `done` is atomic.
+        if !unsafe { &*std::ptr::addr_of!((*node).done) }.load(Ordering::Acquire) {
+            return None;
+        }
+        // SAFETY: the callback wrote it before `done` (acquired above) and
+        // never touches the node again.
+        let r =
+            unsafe { &*std::ptr::addr_of!((*node).result) }.with_mut(|r| unsafe { (*r).take() });
+        Some(r.unwrap_or(Ok(())))
+    }
+}
+
+impl Future for WaitFuture<'_> {
+    type Output = Result<(), Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: nothing is moved out of the future; the node stays where
+        // it is (the future is `!Unpin`).
+        let this = unsafe { self.get_unchecked_mut() };
+        match this.state {
+            State::New => {
+                match this.semaphore.query() {
+                    Err(e) => {
+                        this.state = State::Done;
+                        return Poll::Ready(Err(e));
+                    }
+                    Ok(v) if v >= this.value => {
+                        this.state = State::Done;
+                        return Poll::Ready(Ok(()));
+                    }
+                    Ok(_) => {}
+                }
+                let node = this.node();
+                // SAFETY: not registered yet: only this thread touches it.
+                unsafe { &*std::ptr::addr_of!((*node).waker) }.register(cx.waker());
+                // SAFETY: the node is pinned inside the future, whose drop
+                // cancels the registration (or waits for the callback)
+                // before the memory goes away.
+                let tp = unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node).tp)) };
+                // Under the model checker: the node is live while registered.
+                liveness::born(node);
+                // SAFETY: as above; registered nowhere else.
+                match unsafe { this.semaphore.register(tp) } {
+                    Registration::Pending => this.state = State::Registered,
+                    Registration::Reached => {
+                        liveness::died(node);
+                        this.state = State::Done;
+                        return Poll::Ready(Ok(()));
+                    }
+                    Registration::Failed(e) => {
+                        liveness::died(node);
+                        this.state = State::Done;
+                        return Poll::Ready(Err(e));
+                    }
+                }
+                // The callback may have run already (on this thread, or on
+                // a signaller's): then it is over.
+                match this.outcome() {
+                    Some(r) => {
+                        this.state = State::Done;
+                        Poll::Ready(r)
+                    }
+                    None => Poll::Pending,
+                }
+            }
+            State::Registered => {
+                if let Some(r) = this.outcome() {
+                    this.state = State::Done;
+                    return Poll::Ready(r);
+                }
+                let node = this.node();
+                // SAFETY: the waker slot is shared with the callback under
+                // its own protocol.
+                unsafe { &*std::ptr::addr_of!((*node).waker) }.register(cx.waker());
+                // Looked at again after storing the waker: a callback that
+                // took the old waker before we stored this one has set
+                // `done` by now or will wake the new one.
+                match this.outcome() {
+                    Some(r) => {
+                        this.state = State::Done;
+                        Poll::Ready(r)
+                    }
+                    None => Poll::Pending,
+                }
+            }
+            // Polled again after it resolved: the answer from the value.
+            State::Done => Poll::Ready(this.semaphore.wait(this.value, crate::Timeout::Immediate)),
+        }
+    }
+}
+
+impl Drop for WaitFuture<'_> {
+    fn drop(&mut self) {
+        if self.state != State::Registered {
+            return;
+        }
+        let node = self.node();
+        // Under the model checker: any callback access after this drop
+        // returns is caught.
+        struct Died(*mut Node);
+        impl Drop for Died {
+            fn drop(&mut self) {
+                // A modelled access to the node, so that the model checker
+                // orders this drop against the callback's own accesses
+                // (the liveness set is invisible to it).
+                #[cfg(fenceline_loom)]
+                // SAFETY: the node is still alive here.
+                let _ = unsafe { &*std::ptr::addr_of!((*self.0).waker) }
+                    .state
+                    .load(Ordering::Relaxed);
+                liveness::died(self.0);
+            }
+        }
+        let _died = Died(node);
+        // SAFETY: registered on this semaphore, still valid.
+        let tp = unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node).tp)) };
+        // SAFETY: as above.
+        if unsafe { self.semaphore.cancel(tp) } {
+            return;
+        }
+        // The callback owns the node until it sets `done`, a few
+        // instructions after it was unlinked: wait for that.
+        // SAFETY: `done` is atomic, read through the node pointer.
+        while !unsafe { &*std::ptr::addr_of!((*node).done) }.load(Ordering::Acquire) {
+            crate::sync::thread::yield_now();
+        }
+    }
+}
