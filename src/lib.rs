@@ -55,7 +55,7 @@ mod unwind;
 
 #[cfg(feature = "cuda")]
 pub use device::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel, KernelArg};
-pub use device::{Buffer, CommandBuffer, CpuConfig, Device, Queue};
+pub use device::{Buffer, CommandBuffer, CpuConfig, Device, DeviceStats, Queue};
 pub use error::{Error, ErrorKind};
 
 /// Read-modify-writes (and `SeqCst` fences) the calling thread made

@@ -14,6 +14,7 @@ mod cpu;
 pub mod cuda;
 pub(crate) mod host_fn;
 mod recording;
+mod stats;
 pub(crate) mod teardown;
 
 use std::fmt;
@@ -25,6 +26,7 @@ pub use cpu::EXECUTE_INLINE_COMMAND_BUFFERS;
 pub use cuda::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel, KernelArg};
 pub use host_fn::HOST_CALL_INLINE_BYTES;
 pub use recording::RECORDING_INITIAL_BYTES;
+pub use stats::DeviceStats;
 
 use crate::error::{Error, ErrorKind};
 use crate::queue::PendingQueue;

@@ -39,4 +39,4 @@ pub mod testing;
 
 pub use backend::{Backend, Completion, CompletionStack, Completions};
 pub(crate) use pending::in_issue_pass;
-pub use pending::PendingQueue;
+pub use pending::{PendingQueue, QueueStats};

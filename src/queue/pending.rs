@@ -38,9 +38,44 @@ pub(crate) struct QueueState<B: Backend> {
     issuer: UnsafeCell<IssuerState<B::Payload>>,
     /// Actions examined by passes (a cost counter for tests).
     examined: AtomicU64,
+    /// Written by the issuer only (a load and a store, no RMW): new
+    /// actions it took in, and actions in its waiting list.
+    taken_in: AtomicU64,
+    waiting_now: AtomicU64,
+    /// Finished actions by outcome, counted (one RMW) before their signals
+    /// are made, so a thread that sees a signal sees the count.
+    finished: CachePadded<Finished>,
     /// This state's own address, with the provenance of its allocation:
     /// what references are released (and the state freed) through.
     this: NonNull<QueueState<B>>,
+}
+
+/// Finished actions by outcome.
+#[derive(Default)]
+struct Finished {
+    completed: AtomicU64,
+    failed: AtomicU64,
+    cancelled: AtomicU64,
+}
+
+/// A queue's action counts at one moment (see [`PendingQueue::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueStats {
+    /// Actions the queue took in (counted when its issuer first looks at
+    /// them, so a submission still on its way in is not counted yet).
+    pub submitted: u64,
+    /// Actions finished successfully.
+    pub completed: u64,
+    /// Actions finished with an error other than `Cancelled`.
+    pub failed: u64,
+    /// Actions finished with `Cancelled` (shutdown).
+    pub cancelled: u64,
+    /// Taken in and not finished: `submitted - completed - failed -
+    /// cancelled`.
+    pub in_flight: u64,
+    /// Of those, actions waiting on a semaphore (not yet issued).
+    pub pending: u64,
 }
 
 /// What only the issuer touches.
@@ -99,6 +134,9 @@ impl<B: Backend> PendingQueue<B> {
                 waiting: DList::new(),
             }),
             examined: AtomicU64::new(0),
+            taken_in: AtomicU64::new(0),
+            waiting_now: AtomicU64::new(0),
+            finished: CachePadded::new(Finished::default()),
             this: NonNull::dangling(),
         });
         let this = NonNull::from(Box::leak(shared));
@@ -182,6 +220,28 @@ impl<B: Backend> PendingQueue<B> {
         // The handle's own reference, and any running `issue` call's, are
         // not actions; this is exact when no issue pass is running.
         self.shared().refs.load(Ordering::Acquire).saturating_sub(1)
+    }
+
+    /// The queue's action counts: cheap (a few atomic loads), lock-free,
+    /// no allocation. Counts are exact once the queue is idle; a thread
+    /// that saw an action's signal also sees that action counted as
+    /// finished.
+    pub fn stats(&self) -> QueueStats {
+        let shared = self.shared();
+        // Finished first, then taken in: every finished action was taken
+        // in before, so `in_flight` never underflows.
+        let completed = shared.finished.completed.load(Ordering::Acquire);
+        let failed = shared.finished.failed.load(Ordering::Acquire);
+        let cancelled = shared.finished.cancelled.load(Ordering::Acquire);
+        let submitted = shared.taken_in.load(Ordering::Acquire);
+        QueueStats {
+            submitted,
+            completed,
+            failed,
+            cancelled,
+            in_flight: submitted.saturating_sub(completed + failed + cancelled),
+            pending: shared.waiting_now.load(Ordering::Relaxed),
+        }
     }
 
     /// Actions examined by issue passes so far (each new or woken action
@@ -406,6 +466,7 @@ impl<B: Backend> QueueState<B> {
             let issuer = unsafe { self.issuer_state() };
             if let Some(action) = first.take() {
                 let closed = self.closed.load(Ordering::Acquire);
+                Self::add(&self.taken_in, 1);
                 panicked.run(|| self.handle(issuer, action, closed));
                 self.add_examined(1);
             } else {
@@ -447,10 +508,14 @@ impl<B: Backend> QueueState<B> {
                 let _ = issuer.waiting.remove(action);
                 (*action.as_ptr()).armed = false;
             }
+            self.waiting_left();
             examined += 1;
             panicked.run(|| self.handle(issuer, action, closed));
         }
         let mut new = self.incoming.take_all();
+        if !new.is_empty() {
+            Self::add(&self.taken_in, new.len() as u64);
+        }
         while let Some(action) = new.pop_front().map(Handle::into_raw) {
             examined += 1;
             panicked.run(|| self.handle(issuer, action, closed));
@@ -466,9 +531,20 @@ impl<B: Backend> QueueState<B> {
 
     /// Counts actions examined; called by the issuer only.
     fn add_examined(&self, n: u64) {
-        // Only the issuer writes it (one pass at a time): no RMW.
-        let before = self.examined.load(Ordering::Relaxed);
-        self.examined.store(before + n, Ordering::Relaxed);
+        Self::add(&self.examined, n);
+    }
+
+    /// Adds to a counter only the issuer writes (one pass at a time): a
+    /// load and a store, no RMW. Release: a reader that acquires it sees
+    /// what the issuer did before.
+    fn add(counter: &AtomicU64, n: u64) {
+        let before = counter.load(Ordering::Relaxed);
+        counter.store(before.wrapping_add(n), Ordering::Release);
+    }
+
+    /// Lowers the issuer's waiting count (the issuer only).
+    fn waiting_left(&self) {
+        Self::add(&self.waiting_now, u64::MAX);
     }
 
     fn handle(
@@ -496,9 +572,12 @@ impl<B: Backend> QueueState<B> {
             }
             // SAFETY: armed and ours to list, in no waiting list (taken
             // out when woken, or new).
-            Ok(Class::Waiting) => issuer
-                .waiting
-                .push_back(unsafe { Handle::from_raw(action) }),
+            Ok(Class::Waiting) => {
+                issuer
+                    .waiting
+                    .push_back(unsafe { Handle::from_raw(action) });
+                Self::add(&self.waiting_now, 1);
+            }
             // SAFETY: the issuer owns the action; the caller of the pass
             // holds a reference, so the state outlives this call.
             Ok(Class::Failed(e)) => unsafe { QueueState::finish(self.this, action, Err(e), false) },
@@ -574,6 +653,7 @@ impl<B: Backend> QueueState<B> {
             if unsafe { sem.cancel(NonNull::from(&a.timepoint)) } {
                 // SAFETY: linked in `waiting`; now ours.
                 let _ = unsafe { issuer.waiting.remove(action) };
+                self.waiting_left();
                 // SAFETY: as in `handle`.
                 unsafe { QueueState::finish(self.this, action, Err(cancelled()), false) };
             }
@@ -602,6 +682,14 @@ impl<B: Backend> QueueState<B> {
         // Signals fire timepoints, whose callbacks may panic: every signal
         // is still made, the action still freed and its reference given
         // up; then the first panic goes on unwinding.
+        // Counted before any signal: whoever sees a signal of this action
+        // sees it finished (the signal's release publishes the count).
+        let counter = match &result {
+            Ok(()) => &shared.finished.completed,
+            Err(e) if e.kind() == ErrorKind::Cancelled => &shared.finished.cancelled,
+            Err(_) => &shared.finished.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         let mut panicked = FirstPanic::default();
         for i in 0..a.signal_count as usize {
             let (sem, value) = a.signal(i);

@@ -34,7 +34,7 @@ use super::task::{ForkLink, Outcome, QueueLink, Task, TaskPtr, FLAG_CANCELLED, F
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, SList, TransferStack};
 use crate::pool::{BlockCache, BlockPool, RawBlock};
-use crate::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use crate::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::thread::Thread;
 use crate::sync::{liveness, Arc, Mutex, MutexGuard, UnsafeCell};
 use crate::unwind::{panic_error, FirstPanic};
@@ -64,6 +64,28 @@ pub(crate) struct Slot {
     thread: UnsafeCell<Option<Thread>>,
     /// Set by the worker before it parks; cleared by whoever wakes it.
     sleeping: AtomicBool,
+    /// What this worker did, for `Device::stats` (its own cache line: the
+    /// worker writes it, wakers touch `sleeping`).
+    pub(crate) counters: CachePadded<WorkerCounters>,
+}
+
+/// A worker's event counts, written only by that worker (a load and a
+/// store, no read-modify-write), read by anyone.
+#[derive(Default)]
+pub(crate) struct WorkerCounters {
+    /// Times it parked.
+    pub(crate) parks: AtomicU64,
+    /// Times it was woken from a park to new work.
+    pub(crate) wakeups: AtomicU64,
+    /// Tasks it took from another worker's deque (a batch counts once).
+    pub(crate) steals: AtomicU64,
+}
+
+impl WorkerCounters {
+    /// Adds one to a counter of the calling worker's own slot.
+    fn bump(counter: &AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
 }
 
 impl Slot {
@@ -71,6 +93,7 @@ impl Slot {
         Slot {
             thread: UnsafeCell::new(None),
             sleeping: AtomicBool::new(false),
+            counters: CachePadded::new(WorkerCounters::default()),
         }
     }
 
@@ -518,6 +541,7 @@ impl Worker {
             loop {
                 match self.shared.stealers[victim].steal_batch_and_pop(self.local()) {
                     Steal::Success(t) => {
+                        WorkerCounters::bump(&self.shared.slots[self.index].counters.steals);
                         // The rest of the batch sits on our deque now.
                         self.unannounced |= !self.local().is_empty();
                         return Some(t.0);
@@ -639,6 +663,8 @@ impl Worker {
         // deadlocks with this worker parked. Parking is the slow path.
         let _ = slot.sleeping.swap(true, Ordering::Release);
         if shared.sleep.announce(epoch) {
+            let counters = &slot.counters;
+            WorkerCounters::bump(&counters.parks);
             let deadline = self.nearest_deadline();
             // Sleep until the epoch moves: every wake (`notify`, `wake_all`)
             // bumps it before unparking, so a wake-up is never missed and a
@@ -657,6 +683,7 @@ impl Worker {
                     }
                 }
                 if shared.sleep.epoch_now() != epoch {
+                    WorkerCounters::bump(&counters.wakeups);
                     break; // the usual wake-up: one RMW
                 }
                 // Woken to an unchanged epoch: a waker whose bump we had
@@ -670,6 +697,7 @@ impl Worker {
                 // see the bump and stay up.
                 let _ = slot.sleeping.swap(true, Ordering::AcqRel);
                 if shared.sleep.epoch_now() != epoch {
+                    WorkerCounters::bump(&counters.wakeups);
                     break;
                 }
             }

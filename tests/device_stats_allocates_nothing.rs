@@ -1,0 +1,41 @@
+//! With a counting global allocator: `Device::stats` allocates nothing.
+
+use std::time::Duration;
+
+use fenceline::{CpuConfig, Device, Semaphore};
+
+mod common;
+
+#[global_allocator]
+static GLOBAL: common::Counting = common::Counting;
+
+const T: Duration = Duration::from_secs(10);
+
+fn device() -> Device {
+    Device::cpu_with(CpuConfig {
+        workers: 2,
+        queues: 2,
+        spin: false,
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_snapshot_allocates_nothing() {
+    let d = device();
+    let q = d.queue(0).unwrap();
+    let s = Semaphore::new(0);
+    q.barrier(&[], &[(&s, 1)]).unwrap();
+    s.wait(1, T).unwrap();
+    // Let the workers settle into their idle park (their first park sets
+    // up thread-local state, which allocates once).
+    std::thread::sleep(Duration::from_millis(50));
+    let _ = d.stats();
+    let before = common::allocations();
+    let mut total = 0;
+    for _ in 0..10_000 {
+        total += d.stats().completed;
+    }
+    assert_eq!(common::allocations() - before, 0);
+    assert_eq!(total, 10_000);
+}
