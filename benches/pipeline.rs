@@ -3,7 +3,9 @@
 //! fenceline's CPU device over two queues, vs the same built from a rayon
 //! pool and std channels between persistent stage threads.
 //!
-//! Run with `cargo bench --bench pipeline`.
+//! Run with `cargo bench --bench pipeline`; `cargo bench --features trace
+//! --bench pipeline` adds `fenceline_tracing`, the same frames while a
+//! trace records (its overhead, in the same run).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -34,23 +36,31 @@ fn pipeline(c: &mut Criterion) {
     .unwrap();
     let (q0, q1) = (device.queue(0).unwrap(), device.queue(1).unwrap());
     let cbs = [1, 2, 3].map(|s| stage_cb(&device, s, &sink).unwrap());
-    group.bench_function("fenceline", |b| {
-        b.iter(|| {
-            let (a, bb, c) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
-            for f in 1..=FRAMES {
-                let older = f.saturating_sub(IN_FLIGHT);
-                q0.execute(&[(&c, older), (&a, f - 1)], &[(&a, f)], &[&cbs[0]])
-                    .unwrap();
-                q1.execute(&[(&a, f), (&bb, f - 1)], &[(&bb, f)], &[&cbs[1]])
-                    .unwrap();
-                q0.execute(&[(&bb, f), (&c, f - 1)], &[(&c, f)], &[&cbs[2]])
-                    .unwrap();
-                if f >= IN_FLIGHT {
-                    c.wait(f + 1 - IN_FLIGHT, Timeout::Never).unwrap();
-                }
+    let run = || {
+        let (a, bb, c) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+        for f in 1..=FRAMES {
+            let older = f.saturating_sub(IN_FLIGHT);
+            q0.execute(&[(&c, older), (&a, f - 1)], &[(&a, f)], &[&cbs[0]])
+                .unwrap();
+            q1.execute(&[(&a, f), (&bb, f - 1)], &[(&bb, f)], &[&cbs[1]])
+                .unwrap();
+            q0.execute(&[(&bb, f), (&c, f - 1)], &[(&c, f)], &[&cbs[2]])
+                .unwrap();
+            if f >= IN_FLIGHT {
+                c.wait(f + 1 - IN_FLIGHT, Timeout::Never).unwrap();
             }
-            c.wait(FRAMES, Timeout::Never).unwrap();
-        })
+        }
+        c.wait(FRAMES, Timeout::Never).unwrap();
+    };
+    group.bench_function("fenceline", |b| b.iter(run));
+    // The same with a trace recording (feature `trace`): its overhead in
+    // the same run. The rings fill and then overwrite their oldest events,
+    // as a long recording does.
+    #[cfg(feature = "trace")]
+    group.bench_function("fenceline_tracing", |b| {
+        device.start_trace(1 << 16).unwrap();
+        b.iter(run);
+        let _ = device.stop_trace().unwrap();
     });
 
     use rayon::prelude::*;

@@ -7,7 +7,10 @@
 //! same process for comparison.
 //!
 //! Run: `cargo run --release --example pipeline` (`-- <seconds>` to change
-//! the run time, default 3).
+//! the run time, default 3). With the `trace` feature, `-- --trace
+//! pipeline.json` also records the fenceline run's timeline (after its
+//! warm-up) and writes it in the Chrome trace format: open it in
+//! <https://ui.perfetto.dev> or chrome://tracing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::sync_channel;
@@ -51,7 +54,47 @@ impl Figures {
     }
 }
 
-fn run_fenceline(seconds: f64, sink: &Arc<AtomicU64>) -> Result<Figures, Error> {
+/// Starts recording a trace on `device` if asked to (feature `trace`).
+fn start_trace(device: &Device, path: Option<&str>) -> Result<(), Error> {
+    let Some(_path) = path else { return Ok(()) };
+    #[cfg(feature = "trace")]
+    return device.start_trace(1 << 16);
+    #[cfg(not(feature = "trace"))]
+    {
+        let _ = device;
+        Err(Error::new(
+            fenceline::ErrorKind::FailedPrecondition,
+            "--trace needs the trace feature: cargo run --release --features trace --example pipeline -- --trace pipeline.json",
+        ))
+    }
+}
+
+/// Stops the trace and writes it to `path` (feature `trace`).
+fn finish_trace(device: &Device, path: Option<&str>) -> Result<(), Error> {
+    let Some(path) = path else { return Ok(()) };
+    #[cfg(feature = "trace")]
+    {
+        let trace = device.stop_trace()?;
+        let mut file = std::fs::File::create(path)
+            .map_err(|e| Error::new(fenceline::ErrorKind::Unavailable, format!("{path}: {e}")))?;
+        trace
+            .write_chrome_json(&mut file)
+            .map_err(|e| Error::new(fenceline::ErrorKind::Unavailable, format!("{path}: {e}")))?;
+        println!(
+            "trace: {} events ({} dropped) written to {path}; open it in https://ui.perfetto.dev or chrome://tracing",
+            trace.events(),
+            trace.dropped()
+        );
+    }
+    let _ = (device, path);
+    Ok(())
+}
+
+fn run_fenceline(
+    seconds: f64,
+    sink: &Arc<AtomicU64>,
+    trace: Option<&str>,
+) -> Result<Figures, Error> {
     let device = Device::cpu_with(CpuConfig {
         workers: 0,
         queues: 2,
@@ -85,6 +128,7 @@ fn run_fenceline(seconds: f64, sink: &Arc<AtomicU64>) -> Result<Figures, Error> 
             c.wait(done, Duration::from_secs(10))?;
             let latency = submitted[(done % (IN_FLIGHT + 1)) as usize].elapsed();
             if done == WARMUP_FRAMES {
+                start_trace(&device, trace)?;
                 measured_from = Some((Instant::now(), common::allocations(), done));
             } else if done > WARMUP_FRAMES {
                 latencies.push(latency);
@@ -92,12 +136,15 @@ fn run_fenceline(seconds: f64, sink: &Arc<AtomicU64>) -> Result<Figures, Error> 
         }
     }
     c.wait(frame, Duration::from_secs(10))?;
+    let elapsed_at_end = Instant::now();
+    let allocations_at_end = common::allocations();
+    finish_trace(&device, trace)?;
     let (start, allocs, first) = measured_from.unwrap_or((Instant::now(), 0, frame));
     let frames = frame - first;
-    let allocations = common::allocations() - allocs;
+    let allocations = allocations_at_end - allocs;
     Ok(Figures {
         frames,
-        elapsed: start.elapsed(),
+        elapsed: elapsed_at_end.duration_since(start),
         latencies,
         allocations,
     })
@@ -175,16 +222,18 @@ fn run_rayon(seconds: f64, sink: &Arc<AtomicU64>) -> Figures {
 }
 
 fn main() -> Result<(), Error> {
-    let seconds: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let trace = args
+        .iter()
+        .position(|a| a == "--trace")
+        .map(|i| args.get(i + 1).map_or("pipeline.json", String::as_str));
+    let seconds: f64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(3.0);
     let sink = Arc::new(AtomicU64::new(0));
     println!(
         "3-stage pipeline, {TILES} tiles a stage, {IN_FLIGHT} frames in flight, {seconds} s each, {} cores",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    let mut ours = run_fenceline(seconds, &sink)?;
+    let mut ours = run_fenceline(seconds, &sink, trace)?;
     ours.print("fenceline");
     let mut theirs = run_rayon(seconds, &sink);
     theirs.print("rayon+channels");

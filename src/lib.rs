@@ -51,12 +51,15 @@ pub mod semaphore;
 mod small_box;
 mod sync;
 pub mod task;
+mod trace;
 mod unwind;
 
 #[cfg(feature = "cuda")]
 pub use device::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel, KernelArg};
 pub use device::{Buffer, CommandBuffer, CpuConfig, Device, DeviceStats, Queue};
 pub use error::{Error, ErrorKind};
+#[cfg(feature = "trace")]
+pub use trace::Trace;
 
 /// Read-modify-writes (and `SeqCst` fences) the calling thread made
 /// through fenceline's atomics so far (feature `count-rmw`, for the

@@ -83,9 +83,12 @@ impl HostFn {
                 "host call already ran",
             ));
         };
+        let t = crate::trace::now();
         // SAFETY: the slot holds the box `call` was made for; `call` moves
         // it out, and `Drop` no longer drops it (`call` is `None`).
-        unsafe { call(&mut self.slot) }
+        let r = unsafe { call(&mut self.slot) };
+        crate::trace::span(crate::trace::Kind::HostCall, t, 0, 0, u64::from(r.is_err()));
+        r
     }
 }
 

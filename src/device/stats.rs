@@ -1,4 +1,5 @@
-//! `Device::stats`: what a device has done, read without a lock.
+//! `Device::stats`: what a device has done, read without a lock; and
+//! `Device::start_trace` / `stop_trace` (feature `trace`).
 
 use super::{Device, DeviceInner};
 use crate::queue::{Backend, PendingQueue, QueueStats};
@@ -112,5 +113,46 @@ impl Device {
             }
         }
         st
+    }
+}
+
+#[cfg(feature = "trace")]
+impl Device {
+    /// Starts recording a timeline (feature `trace`): every thread that
+    /// works for fenceline (this device's workers and completion threads,
+    /// threads that submit or signal) writes its events into a ring of
+    /// `events_per_thread` events allocated here, without locks or
+    /// allocation while recording; a full ring drops its oldest events.
+    /// One trace records at a time in a process, and it records the work
+    /// of every device.
+    ///
+    /// # Errors
+    ///
+    /// - [`InvalidArgument`](crate::ErrorKind::InvalidArgument) if
+    ///   `events_per_thread` is 0.
+    /// - [`FailedPrecondition`](crate::ErrorKind::FailedPrecondition) if a
+    ///   trace is already recording.
+    pub fn start_trace(&self, events_per_thread: usize) -> Result<(), crate::Error> {
+        let threads = match &*self.inner {
+            DeviceInner::Cpu { executor, .. } => {
+                executor.as_ref().map_or(0, |e| e.shared.slots.len())
+            }
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(d) => 2 * d.queues.len(),
+        };
+        // Room for the threads that submit, signal and wait besides.
+        crate::trace::start(events_per_thread, threads + 16)
+    }
+
+    /// Stops recording and returns the timeline
+    /// ([`Trace::write_chrome_json`](crate::Trace::write_chrome_json)
+    /// writes it for Perfetto or chrome://tracing).
+    ///
+    /// # Errors
+    ///
+    /// [`FailedPrecondition`](crate::ErrorKind::FailedPrecondition) if no
+    /// trace is recording.
+    pub fn stop_trace(&self) -> Result<crate::Trace, crate::Error> {
+        crate::trace::stop()
     }
 }

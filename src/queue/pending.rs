@@ -16,6 +16,11 @@ use crate::pool::{BlockPool, BlockPoolConfig};
 use crate::semaphore::{Registration, Semaphore, Timepoint};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{liveness, UnsafeCell};
+use crate::trace;
+
+/// Flow ids of "a signal readied this action" (the action's address with
+/// the top bit flipped, apart from its submission's flow).
+const READIED: u64 = 1 << 63;
 use crate::unwind::{panic_error, FirstPanic};
 
 type Action<B> = QueueAction<<B as Backend>::Payload>;
@@ -170,6 +175,7 @@ impl<B: Backend> PendingQueue<B> {
         payload: B::Payload,
     ) -> Result<(), Error> {
         check_values(waits, signals)?;
+        let t = trace::now();
         let shared = self.shared();
         if shared.closed.load(Ordering::Acquire) {
             let e = cancelled();
@@ -190,6 +196,8 @@ impl<B: Backend> PendingQueue<B> {
             owner,
         )?;
         shared.refs.fetch_add(1, Ordering::Relaxed);
+        let id = action.as_ptr() as u64;
+        trace::flow_out(id);
         // The handle (borrowed for this call) keeps the state alive.
         if !shared.issue_direct(action) {
             // SAFETY: a new action, in no list, handed to the submit stack;
@@ -197,6 +205,13 @@ impl<B: Backend> PendingQueue<B> {
             shared.incoming.push(unsafe { Handle::from_raw(action) });
             shared.request_issue();
         }
+        trace::span(
+            trace::Kind::Submit,
+            t,
+            id,
+            shared.this.as_ptr() as u64,
+            (waits.len() as u64) << 32 | signals.len() as u64,
+        );
         Ok(())
     }
 
@@ -349,6 +364,7 @@ unsafe fn queue_wake<B: Backend>(tp: NonNull<Timepoint>, _result: Result<(), Err
     // another thread) may finish it, and with it the last reference. The
     // guard gives it up even if the pass panics out of `request_issue`.
     let _held = Reference::take(this);
+    trace::flow_out(action.as_ptr() as u64 ^ READIED);
     // SAFETY: the fired timepoint gave us the action (its submit link is
     // free: an armed action is on no stack); the stack takes it.
     shared.woken.push(unsafe { Handle::from_raw(action) });
@@ -509,6 +525,13 @@ impl<B: Backend> QueueState<B> {
                 (*action.as_ptr()).armed = false;
             }
             self.waiting_left();
+            trace::flow_in(action.as_ptr() as u64 ^ READIED);
+            trace::instant(
+                trace::Kind::Ready,
+                action.as_ptr() as u64,
+                self.this.as_ptr() as u64,
+                0,
+            );
             examined += 1;
             panicked.run(|| self.handle(issuer, action, closed));
         }
@@ -563,12 +586,15 @@ impl<B: Backend> QueueState<B> {
         // a panic there fails this action only.
         match catch_unwind(AssertUnwindSafe(|| self.classify(action))) {
             Ok(Class::Ready) => {
+                let (t, id) = (trace::now(), action.as_ptr() as u64);
+                trace::flow_in(id);
                 // SAFETY: a ready action of this queue, taken out of the
                 // waiting list; it holds a reference to `self`.
                 let work = unsafe { Completion::new(action, self.this) };
                 // A panicking `issue` drops the token while unwinding,
                 // which fails the action (see `Completion`'s `Drop`).
                 let _ = catch_unwind(AssertUnwindSafe(|| self.backend.issue(work)));
+                trace::span(trace::Kind::Issue, t, id, self.this.as_ptr() as u64, 0);
             }
             // SAFETY: armed and ours to list, in no waiting list (taken
             // out when woken, or new).
@@ -690,6 +716,7 @@ impl<B: Backend> QueueState<B> {
             Err(_) => &shared.finished.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        let t = trace::now();
         let mut panicked = FirstPanic::default();
         for i in 0..a.signal_count as usize {
             let (sem, value) = a.signal(i);
@@ -710,6 +737,13 @@ impl<B: Backend> QueueState<B> {
                 Err(e) => sem.fail(e.clone()),
             });
         }
+        trace::span(
+            trace::Kind::Complete,
+            t,
+            action.as_ptr() as u64,
+            this.as_ptr() as u64,
+            u64::from(result.is_err()),
+        );
         // SAFETY: owned and done; its blocks go back to our pool (a panic
         // dropping the payload is contained inside).
         unsafe { QueueAction::destroy(action, &shared.pool) };

@@ -266,6 +266,19 @@ impl Semaphore {
 
     #[inline]
     fn advance(&self, value: u64, reached_ok: bool) -> Result<(), Error> {
+        let t = crate::trace::now();
+        let r = self.advance_inner(value, reached_ok);
+        crate::trace::span(
+            crate::trace::Kind::Signal,
+            t,
+            Arc::as_ptr(&self.inner) as u64,
+            value,
+            u64::from(r.is_err()),
+        );
+        r
+    }
+
+    fn advance_inner(&self, value: u64, reached_ok: bool) -> Result<(), Error> {
         let inner = &*self.inner;
         let mut current = inner.value.load(Ordering::Relaxed);
         loop {
@@ -313,6 +326,12 @@ impl Semaphore {
     /// assert_eq!(s.signal(1).unwrap_err().kind(), ErrorKind::Internal);
     /// ```
     pub fn fail(&self, error: Error) {
+        crate::trace::instant(
+            crate::trace::Kind::Fail,
+            Arc::as_ptr(&self.inner) as u64,
+            0,
+            0,
+        );
         let inner = &*self.inner;
         let boxed = Box::into_raw(Box::new(error));
         // AcqRel: publish the error before `value` says FAILED_VALUE (Release);

@@ -542,6 +542,7 @@ impl Worker {
                 match self.shared.stealers[victim].steal_batch_and_pop(self.local()) {
                     Steal::Success(t) => {
                         WorkerCounters::bump(&self.shared.slots[self.index].counters.steals);
+                        crate::trace::instant(crate::trace::Kind::Steal, 0, victim as u64, 0);
                         // The rest of the batch sits on our deque now.
                         self.unannounced |= !self.local().is_empty();
                         return Some(t.0);
@@ -665,6 +666,7 @@ impl Worker {
         if shared.sleep.announce(epoch) {
             let counters = &slot.counters;
             WorkerCounters::bump(&counters.parks);
+            let parked = crate::trace::now();
             let deadline = self.nearest_deadline();
             // Sleep until the epoch moves: every wake (`notify`, `wake_all`)
             // bumps it before unparking, so a wake-up is never missed and a
@@ -701,6 +703,7 @@ impl Worker {
                     break;
                 }
             }
+            crate::trace::span(crate::trace::Kind::Park, parked, 0, self.index as u64, 0);
         }
         let _ = slot.sleeping.swap(false, Ordering::Release);
         shared.sleep.leave();
@@ -787,8 +790,17 @@ impl Worker {
                 Outcome::Done(Err(Error::new(ErrorKind::Aborted, "a predecessor failed")))
             } else {
                 t.runs.set(t.runs.get().saturating_add(1));
+                let start = crate::trace::now();
                 // SAFETY: the vtable matches the payload (set at creation).
-                unsafe { (t.vtable.run)(task, self) }
+                let outcome = unsafe { (t.vtable.run)(task, self) };
+                crate::trace::span(
+                    crate::trace::Kind::Task,
+                    start,
+                    task.as_ptr() as u64,
+                    t.scope.as_ptr() as u64,
+                    crate::trace::task_kind(t.vtable.name),
+                );
+                outcome
             };
             let mut result = match outcome {
                 Outcome::Suspended => return,

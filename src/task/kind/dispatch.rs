@@ -155,7 +155,10 @@ fn claim_and_run<F: Tiles>(f: &F, p: &Grid) -> Result<(), Error> {
         let Some((start, end)) = p.tiles.claim() else {
             return Ok(());
         };
-        if let Err(e) = guarded(|| f.run(p.size, start, end)) {
+        let t = crate::trace::now();
+        let r = guarded(|| f.run(p.size, start, end));
+        crate::trace::span(crate::trace::Kind::Tiles, t, 0, start, end);
+        if let Err(e) = r {
             p.stop.store(true, Ordering::Relaxed);
             return Err(e);
         }
