@@ -11,13 +11,14 @@
 //! oldest events and counts them as dropped. One trace runs at a time in
 //! a process (it records every device's work).
 //!
-//! Stopping waits out writers: a writer counts itself in (one RMW on a
-//! process-wide counter), checks the trace is still the running one,
-//! writes, and counts itself out; `stop` unpublishes the trace, then waits
-//! for the count to reach zero (`SeqCst` on both sides, so either the
-//! writer sees the trace gone or `stop` sees the writer). That costs two
-//! read-modify-writes per event while a trace records, none otherwise
-//! (the hooks look at one pointer first).
+//! Stopping waits out writers: a writer marks its thread slot busy (the
+//! slots are static, never freed), checks that the trace it writes for
+//! still runs, writes, and clears the mark; `stop` unpublishes the trace,
+//! then waits for every mark to clear (`SeqCst` on both sides, so either
+//! the writer sees the trace gone or `stop` sees the mark), and only then
+//! reads and frees the rings. A write is two stores and a load on the
+//! thread's own slot, and a clock read; nothing at all when no trace runs
+//! (the hooks look at one word first).
 //!
 //! Without the feature every hook below is an empty inline function.
 //!
@@ -44,7 +45,8 @@ pub(crate) enum Kind {
     Complete,
     /// A task ran (id: task; a: scope; b: kind name index).
     Task,
-    /// A dispatch range ran (a: first tile; b: end tile).
+    /// A shard's tiles ran (id: ranges claimed; a: its first tile; b:
+    /// tiles run).
     Tiles,
     /// A host call ran (id: action-less call).
     HostCall,
@@ -122,52 +124,73 @@ mod imp {
     const FLOW_OUT: u8 = 2;
     const FLOW_IN: u8 = 3;
 
-    /// One thread's ring.
+    /// Thread slots at most (threads past them record nothing; their
+    /// events count as dropped).
+    const MAX_SLOTS: usize = 256;
+
+    /// One thread's slot. The slots are static (never freed), so a writer
+    /// may mark its slot busy without first knowing whether the trace it
+    /// writes for still runs; the rings they point to belong to the
+    /// running trace and are freed by `stop` once no slot is busy.
     struct Slot {
-        /// Claimed by a thread (its name written).
+        /// Set around each write (see the module docs).
+        busy: AtomicBool,
+        /// Claimed by a thread in the running trace (its name written).
         claimed: AtomicBool,
-        /// Events written so far (the ring holds the last `len`).
+        /// Events written so far in this trace (the ring keeps the last
+        /// `CAP`).
         written: AtomicU64,
-        ring: Box<[std::cell::UnsafeCell<Event>]>,
+        ring: AtomicPtr<Event>,
         name: std::cell::UnsafeCell<([u8; NAME], usize)>,
     }
 
-    /// A running trace.
-    struct Session {
-        /// Nanoseconds from `EPOCH` to the start.
-        start: u64,
-        slots: Box<[Slot]>,
-        next_slot: AtomicUsize,
-        /// Events of threads that found no free slot.
-        unslotted: AtomicU64,
-        /// Which trace this is (threads cache their slot per trace).
-        serial: u64,
-    }
-
-    // SAFETY: each ring is written by the one thread that claimed its slot,
-    // and read only after `stop` waited every writer out.
-    unsafe impl Sync for Session {}
+    /// The slots, shareable: a slot's ring and name are written only by
+    /// the thread that claimed it, and read by `stop` after the slot's
+    /// last write (its `busy` cleared).
+    struct Slots([Slot; MAX_SLOTS]);
     // SAFETY: as above.
-    unsafe impl Send for Session {}
+    unsafe impl Sync for Slots {}
+
+    static SLOTS: Slots = Slots(
+        [const {
+            Slot {
+                busy: AtomicBool::new(false),
+                claimed: AtomicBool::new(false),
+                written: AtomicU64::new(0),
+                ring: AtomicPtr::new(ptr::null_mut()),
+                name: std::cell::UnsafeCell::new(([0; NAME], 0)),
+            }
+        }; MAX_SLOTS],
+    );
+
+    /// The running trace's serial; 0 when none runs.
+    static RUNNING: AtomicU64 = AtomicU64::new(0);
+    static SERIAL: AtomicU64 = AtomicU64::new(1);
+    /// The running trace's slots, ring size, start (on `EPOCH`), next free
+    /// slot and events of threads that found none: set by `start` before
+    /// it publishes `RUNNING`.
+    static IN_USE: AtomicUsize = AtomicUsize::new(0);
+    static CAP: AtomicUsize = AtomicUsize::new(0);
+    static START: AtomicU64 = AtomicU64::new(0);
+    static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+    static UNSLOTTED: AtomicU64 = AtomicU64::new(0);
+    /// The rings of the running trace (owned here; start and stop only).
+    static RINGS: std::sync::Mutex<Vec<Box<[Event]>>> = std::sync::Mutex::new(Vec::new());
 
     /// Task kind names seen (by pointer), so an event stores an index.
     static KIND_NAMES: [AtomicPtr<u8>; 32] = [const { AtomicPtr::new(ptr::null_mut()) }; 32];
     static KIND_LENS: [AtomicUsize; 32] = [const { AtomicUsize::new(0) }; 32];
 
-    /// Threads inside `record` (see the module docs).
-    static WRITERS: AtomicUsize = AtomicUsize::new(0);
-    /// The time base of every event (a session stores its start on it).
+    /// The time base of every event (a trace stores its start on it).
     static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
     fn clock() -> u64 {
         EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
     }
 
-    static ACTIVE: AtomicPtr<Session> = AtomicPtr::new(ptr::null_mut());
-    static SERIAL: AtomicU64 = AtomicU64::new(1);
-
     std::thread_local! {
-        /// (trace serial, slot index) of the calling thread.
+        /// (trace serial, slot index) of the calling thread; `usize::MAX`:
+        /// no slot was free.
         static MINE: Cell<(u64, usize)> = const { Cell::new((0, usize::MAX)) };
     }
 
@@ -177,68 +200,75 @@ mod imp {
 
     #[inline]
     pub(crate) fn now() -> Stamp {
-        if ACTIVE.load(Ordering::Relaxed).is_null() {
+        if RUNNING.load(Ordering::Relaxed) == 0 {
             return Stamp(None);
         }
         Stamp(Some(clock()))
     }
 
-    /// Writes one event (its `ts` on the `EPOCH` clock; `now` given) on
-    /// the calling thread's ring.
+    /// Writes one event (`make` gets the time now, on the `EPOCH` clock)
+    /// on the calling thread's ring.
     #[inline]
     fn record(make: impl FnOnce(u64) -> Event) {
-        if ACTIVE.load(Ordering::Relaxed).is_null() {
+        let serial = RUNNING.load(Ordering::Relaxed);
+        if serial != 0 {
+            record_slow(serial, make);
+        }
+    }
+
+    fn record_slow(serial: u64, make: impl FnOnce(u64) -> Event) {
+        let (mine, index) = MINE.with(|m| m.get());
+        let index = if mine == serial { index } else { claim(serial) };
+        let Some(slot) = SLOTS.0.get(index) else {
+            UNSLOTTED.fetch_add(1, Ordering::Relaxed);
             return;
+        };
+        slot.busy.store(true, Ordering::SeqCst);
+        // Still the running trace? (`stop` unpublishes it, then waits for
+        // every `busy` to clear: one of us sees the other.)
+        if RUNNING.load(Ordering::SeqCst) == serial {
+            let mut e = make(clock());
+            e.ts = e.ts.saturating_sub(START.load(Ordering::Relaxed));
+            let cap = CAP.load(Ordering::Relaxed) as u64;
+            let n = slot.written.load(Ordering::Relaxed);
+            let ring = slot.ring.load(Ordering::Relaxed);
+            // SAFETY: the ring of this slot in the running trace, `cap`
+            // events long, alive until `stop` saw `busy` clear; only the
+            // slot's thread writes it.
+            unsafe { ring.add((n % cap) as usize).write(e) };
+            slot.written.store(n + 1, Ordering::Release);
         }
-        record_slow(make);
+        slot.busy.store(false, Ordering::Release);
     }
 
-    fn record_slow(make: impl FnOnce(u64) -> Event) {
-        WRITERS.fetch_add(1, Ordering::SeqCst);
-        let p = ACTIVE.load(Ordering::SeqCst);
-        if !p.is_null() {
-            // SAFETY: published, and `stop` frees it only once `WRITERS`
-            // is back to zero, which our count prevents.
-            let s = unsafe { &*p };
-            match my_slot(s) {
-                Some(slot) => {
-                    let mut e = make(clock());
-                    e.ts = e.ts.saturating_sub(s.start);
-                    let n = slot.written.load(Ordering::Relaxed);
-                    let i = (n % slot.ring.len() as u64) as usize;
-                    // SAFETY: only the slot's thread writes its ring;
-                    // `stop` reads it after every writer left.
-                    unsafe { *slot.ring[i].get() = e };
-                    slot.written.store(n + 1, Ordering::Release);
-                }
-                None => {
-                    s.unslotted.fetch_add(1, Ordering::Relaxed);
-                }
+    /// Claims a slot of trace `serial` for the calling thread (its index,
+    /// or `usize::MAX` if none is free or the trace ended).
+    #[cold]
+    fn claim(serial: u64) -> usize {
+        let index = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);
+        let Some(slot) = SLOTS.0.get(index) else {
+            MINE.with(|m| m.set((serial, usize::MAX)));
+            return usize::MAX;
+        };
+        slot.busy.store(true, Ordering::SeqCst);
+        let ok = RUNNING.load(Ordering::SeqCst) == serial && index < IN_USE.load(Ordering::Relaxed);
+        if ok {
+            let current = std::thread::current();
+            let name = current.name().unwrap_or("thread");
+            // SAFETY: the slot is ours alone in this trace (the
+            // `fetch_add` above), and `stop` reads it after `busy` clears.
+            unsafe {
+                let (buf, len) = &mut *slot.name.get();
+                let n = name.len().min(NAME);
+                buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+                *len = n;
             }
+            slot.claimed.store(true, Ordering::Relaxed);
         }
-        WRITERS.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    fn my_slot(s: &Session) -> Option<&Slot> {
-        let (serial, index) = MINE.with(|m| m.get());
-        if serial == s.serial {
-            return s.slots.get(index);
-        }
-        let index = s.next_slot.fetch_add(1, Ordering::Relaxed);
-        MINE.with(|m| m.set((s.serial, index)));
-        let slot = s.slots.get(index)?;
-        let current = std::thread::current();
-        let name = current.name().unwrap_or("thread");
-        // SAFETY: the slot is ours alone from the `fetch_add` above; the
-        // name is read after `stop` (through `claimed`'s release).
-        unsafe {
-            let (buf, len) = &mut *slot.name.get();
-            let n = name.len().min(NAME);
-            buf[..n].copy_from_slice(&name.as_bytes()[..n]);
-            *len = n;
-        }
-        slot.claimed.store(true, Ordering::Release);
-        Some(slot)
+        slot.busy.store(false, Ordering::Release);
+        let index = if ok { index } else { usize::MAX };
+        MINE.with(|m| m.set((serial, index)));
+        index
     }
 
     /// A span from `start` to now.
@@ -293,7 +323,7 @@ mod imp {
 
     /// The index of a task kind's name (stored in its events).
     pub(crate) fn task_kind(name: &'static str) -> u64 {
-        if ACTIVE.load(Ordering::Relaxed).is_null() {
+        if RUNNING.load(Ordering::Relaxed) == 0 {
             return 0;
         }
         let find = || {
@@ -331,88 +361,72 @@ mod imp {
                 "start_trace: events_per_thread must be at least 1",
             ));
         }
-        if !ACTIVE.load(Ordering::Acquire).is_null() {
-            return Err(already());
+        let mut rings = RINGS.lock().unwrap_or_else(|p| p.into_inner());
+        if RUNNING.load(Ordering::Acquire) != 0 {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "start_trace: a trace is already recording in this process",
+            ));
         }
-        let slots = (0..threads)
-            .map(|_| Slot {
-                claimed: AtomicBool::new(false),
-                written: AtomicU64::new(0),
-                ring: (0..events_per_thread)
-                    .map(|_| std::cell::UnsafeCell::new(Event::default()))
-                    .collect(),
-                name: std::cell::UnsafeCell::new(([0; NAME], 0)),
-            })
+        let n = threads.clamp(1, MAX_SLOTS);
+        *rings = (0..n)
+            .map(|_| vec![Event::default(); events_per_thread].into_boxed_slice())
             .collect();
-        let session = Box::into_raw(Box::new(Session {
-            start: clock(),
-            slots,
-            next_slot: AtomicUsize::new(0),
-            unslotted: AtomicU64::new(0),
-            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
-        }));
-        if ACTIVE
-            .compare_exchange(
-                ptr::null_mut(),
-                session,
-                Ordering::SeqCst,
-                Ordering::Relaxed,
-            )
-            .is_err()
-        {
-            // SAFETY: never published: still ours.
-            drop(unsafe { Box::from_raw(session) });
-            return Err(already());
+        for (slot, ring) in SLOTS.0.iter().zip(rings.iter_mut()) {
+            slot.ring.store(ring.as_mut_ptr(), Ordering::Relaxed);
+            slot.written.store(0, Ordering::Relaxed);
+            slot.claimed.store(false, Ordering::Relaxed);
         }
+        IN_USE.store(n, Ordering::Relaxed);
+        CAP.store(events_per_thread, Ordering::Relaxed);
+        NEXT_SLOT.store(0, Ordering::Relaxed);
+        UNSLOTTED.store(0, Ordering::Relaxed);
+        START.store(clock(), Ordering::Relaxed);
+        // Publishes everything above to the writers (their `SeqCst` load).
+        RUNNING.store(SERIAL.fetch_add(1, Ordering::Relaxed), Ordering::SeqCst);
         Ok(())
-    }
-
-    fn already() -> Error {
-        Error::new(
-            ErrorKind::FailedPrecondition,
-            "start_trace: a trace is already recording in this process",
-        )
     }
 
     /// Stops recording and collects the events (see
     /// [`crate::Device::stop_trace`]).
     pub(crate) fn stop() -> Result<Trace, Error> {
-        let p = ACTIVE.swap(ptr::null_mut(), Ordering::SeqCst);
-        if p.is_null() {
+        let mut rings = RINGS.lock().unwrap_or_else(|p| p.into_inner());
+        if RUNNING.swap(0, Ordering::SeqCst) == 0 {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
                 "stop_trace: no trace is recording",
             ));
         }
-        // Wait out writers that saw it published (module docs).
-        while WRITERS.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now();
+        // Wait out the writers that saw the trace running (module docs).
+        for slot in SLOTS.0.iter() {
+            while slot.busy.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
         }
-        // SAFETY: unpublished, and no writer is left: ours alone.
-        let s = unsafe { Box::from_raw(p) };
+        let cap = CAP.load(Ordering::Relaxed) as u64;
         let mut threads = Vec::new();
-        let mut dropped = s.unslotted.load(Ordering::Relaxed);
-        for (tid, slot) in s.slots.iter().enumerate() {
+        let mut dropped = UNSLOTTED.load(Ordering::Relaxed);
+        for (tid, (slot, ring)) in SLOTS.0.iter().zip(rings.iter()).enumerate() {
             if !slot.claimed.load(Ordering::Acquire) {
                 continue;
             }
             let n = slot.written.load(Ordering::Acquire);
-            let cap = slot.ring.len() as u64;
             let first = n.saturating_sub(cap);
             dropped += first;
-            // SAFETY: no writer is left (waited above).
-            let events: Vec<Event> = (first..n)
-                .map(|k| unsafe { *slot.ring[(k % cap) as usize].get() })
-                .collect();
-            // SAFETY: as above.
+            let events: Vec<Event> = (first..n).map(|k| ring[(k % cap) as usize]).collect();
+            // SAFETY: written by the slot's thread before its last `busy`
+            // clear, which the wait above saw.
             let (buf, len) = unsafe { *slot.name.get() };
-            let name = String::from_utf8_lossy(&buf[..len]).into_owned();
             threads.push(ThreadTrace {
                 tid: tid as u64 + 1,
-                name,
+                name: String::from_utf8_lossy(&buf[..len]).into_owned(),
                 events,
             });
         }
+        for slot in SLOTS.0.iter() {
+            slot.ring.store(ptr::null_mut(), Ordering::Relaxed);
+        }
+        rings.clear();
         let kinds = KIND_NAMES
             .iter()
             .zip(&KIND_LENS)

@@ -148,21 +148,26 @@ where
 /// Claims and runs ranges of the dispatch's tiles until none is left or
 /// one fails (which stops the others).
 fn claim_and_run<F: Tiles>(f: &F, p: &Grid) -> Result<(), Error> {
-    loop {
+    // One trace span per shard (not per range: a guided counter hands out
+    // many small ranges at the end): the ranges it claimed, its first
+    // tile and the tiles it ran.
+    let (t, mut ranges, mut first, mut tiles) = (crate::trace::now(), 0u64, u64::MAX, 0u64);
+    let r = loop {
         if p.stop.load(Ordering::Relaxed) {
-            return Ok(());
+            break Ok(());
         }
         let Some((start, end)) = p.tiles.claim() else {
-            return Ok(());
+            break Ok(());
         };
-        let t = crate::trace::now();
-        let r = guarded(|| f.run(p.size, start, end));
-        crate::trace::span(crate::trace::Kind::Tiles, t, 0, start, end);
-        if let Err(e) = r {
+        (ranges, first, tiles) = (ranges + 1, first.min(start), tiles + (end - start));
+        if let Err(e) = guarded(|| f.run(p.size, start, end)) {
             p.stop.store(true, Ordering::Relaxed);
-            return Err(e);
+            break Err(e);
         }
-    }
+    };
+    crate::trace::span(crate::trace::Kind::Tiles, t, ranges, first, tiles);
+    let _ = (ranges, first, tiles);
+    r
 }
 
 impl<F> Kind for ShardPayload<F>
