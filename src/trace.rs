@@ -555,11 +555,9 @@ mod imp {
                                     ts
                                 )?;
                             }
-                            write!(
-                                out,
-                                "\"args\":{{\"id\":\"{:#x}\",\"a\":{},\"b\":{}}}}}",
-                                e.id, e.a, e.b
-                            )?;
+                            write!(out, "\"args\":{{\"id\":\"{:#x}\"", e.id)?;
+                            write_args(&mut out, e)?;
+                            write!(out, "}}}}")?;
                         }
                         FLOW_OUT | FLOW_IN => {
                             write!(
@@ -582,6 +580,42 @@ mod imp {
                 self.dropped
             )?;
             out.flush()
+        }
+    }
+
+    /// An event's fields under their names for its kind.
+    fn write_args(out: &mut impl Write, e: &Event) -> io::Result<()> {
+        let k = e.kind;
+        if k == Kind::Submit as u8 {
+            write!(
+                out,
+                ",\"queue\":\"{:#x}\",\"waits\":{},\"signals\":{}",
+                e.a,
+                e.b >> 32,
+                e.b & 0xffff_ffff
+            )
+        } else if k == Kind::Ready as u8 || k == Kind::Issue as u8 {
+            write!(out, ",\"queue\":\"{:#x}\"", e.a)
+        } else if k == Kind::Complete as u8 {
+            write!(out, ",\"queue\":\"{:#x}\",\"failed\":{}", e.a, e.b != 0)
+        } else if k == Kind::Task as u8 {
+            write!(out, ",\"scope\":\"{:#x}\"", e.a)
+        } else if k == Kind::Tiles as u8 {
+            write!(
+                out,
+                ",\"ranges\":{},\"first_tile\":{},\"tiles\":{}",
+                e.id, e.a, e.b
+            )
+        } else if k == Kind::HostCall as u8 {
+            write!(out, ",\"failed\":{}", e.b != 0)
+        } else if k == Kind::Signal as u8 {
+            write!(out, ",\"value\":{},\"failed\":{}", e.a, e.b != 0)
+        } else if k == Kind::Park as u8 {
+            write!(out, ",\"worker\":{}", e.a)
+        } else if k == Kind::Steal as u8 {
+            write!(out, ",\"victim\":{}", e.a)
+        } else {
+            Ok(())
         }
     }
 
