@@ -6,17 +6,16 @@ use std::time::{Duration, Instant};
 
 use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::PendingQueue;
-use fenceline::{CpuConfig, Device, DeviceStats, Error, ErrorKind, Semaphore};
+use fenceline::{Device, DeviceStats, Error, ErrorKind, Semaphore};
 
 const T: Duration = Duration::from_secs(10);
 
+#[path = "common/workload.rs"]
+mod workload;
+use workload::{device as cpu, dispatch_16, mixed};
+
 fn device() -> Device {
-    Device::cpu_with(CpuConfig {
-        workers: 2,
-        queues: 2,
-        spin: false,
-    })
-    .unwrap()
+    cpu(2)
 }
 
 /// The stats once the executor's last tasks retired (a task's block is
@@ -36,19 +35,10 @@ fn settled(d: &Device) -> DeviceStats {
 fn counts_match_a_workload_and_nothing_is_left_in_flight() {
     let d = device();
     let qs = [d.queue(0).unwrap(), d.queue(1).unwrap()];
-    let mut cb = d.command_buffer().unwrap();
-    cb.dispatch([16, 1, 1], |_| Ok(())).unwrap();
-    cb.end().unwrap();
+    let cb = dispatch_16(&d);
     let s = Semaphore::new(0);
     const N: u64 = 300;
-    for i in 0..N {
-        let q = &qs[(i % 2) as usize];
-        match i % 3 {
-            0 => q.execute(&[(&s, i)], &[(&s, i + 1)], &[&cb]).unwrap(),
-            1 => q.barrier(&[(&s, i)], &[(&s, i + 1)]).unwrap(),
-            _ => q.host_call(&[(&s, i)], &[(&s, i + 1)], || Ok(())).unwrap(),
-        }
-    }
+    mixed(&qs, &cb, &s, 0, N);
     s.wait(N, T).unwrap();
     // Exact at once for the actions: the last one counted itself finished
     // before its signal.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use fenceline::{CpuConfig, Device, Semaphore};
+use fenceline::Semaphore;
 
 mod common;
 
@@ -11,18 +11,13 @@ static GLOBAL: common::Counting = common::Counting;
 
 const T: Duration = Duration::from_secs(10);
 
-fn device() -> Device {
-    Device::cpu_with(CpuConfig {
-        workers: 2,
-        queues: 2,
-        spin: false,
-    })
-    .unwrap()
-}
+#[path = "common/workload.rs"]
+mod workload;
+use workload::device;
 
 #[test]
 fn a_snapshot_allocates_nothing() {
-    let d = device();
+    let d = device(2);
     let q = d.queue(0).unwrap();
     let s = Semaphore::new(0);
     q.barrier(&[], &[(&s, 1)]).unwrap();

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use fenceline::{CpuConfig, Device, ErrorKind, Semaphore};
+use fenceline::{Device, ErrorKind, Semaphore};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(10);
@@ -18,32 +18,22 @@ const T: Duration = Duration::from_secs(10);
 /// One trace records at a time in a process: the tests take turns.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+#[path = "common/workload.rs"]
+mod workload;
+use workload::{dispatch_16, mixed};
+
 fn device() -> Device {
-    Device::cpu_with(CpuConfig {
-        workers: 2,
-        queues: 2,
-        spin: false,
-    })
-    .unwrap()
+    workload::device(2)
 }
 
 /// Runs `n` chained actions (executes of a 16-tile dispatch, barriers and
 /// host calls, alternating queues) while a trace records; its JSON.
 fn traced_workload(d: &Device, n: u64, events_per_thread: usize) -> (Value, fenceline::Trace) {
     let qs = [d.queue(0).unwrap(), d.queue(1).unwrap()];
-    let mut cb = d.command_buffer().unwrap();
-    cb.dispatch([16, 1, 1], |_| Ok(())).unwrap();
-    cb.end().unwrap();
+    let cb = dispatch_16(d);
     let s = Semaphore::new(0);
     d.start_trace(events_per_thread).unwrap();
-    for i in 0..n {
-        let q = &qs[(i % 2) as usize];
-        match i % 3 {
-            0 => q.execute(&[(&s, i)], &[(&s, i + 1)], &[&cb]).unwrap(),
-            1 => q.barrier(&[(&s, i)], &[(&s, i + 1)]).unwrap(),
-            _ => q.host_call(&[(&s, i)], &[(&s, i + 1)], || Ok(())).unwrap(),
-        }
-    }
+    mixed(&qs, &cb, &s, 0, n);
     s.wait(n, T).unwrap();
     // The last completion's own span ends just after its signal.
     std::thread::sleep(Duration::from_millis(20));
