@@ -790,15 +790,19 @@ impl Worker {
                 Outcome::Done(Err(Error::new(ErrorKind::Aborted, "a predecessor failed")))
             } else {
                 t.runs.set(t.runs.get().saturating_add(1));
-                let start = crate::trace::now();
+                // Read before the run: a task that suspends may be
+                // finished, freed and its block reused by another worker
+                // before `run` returns here (Miri caught the trace reading
+                // them after).
+                let (start, scope, kind) = (crate::trace::now(), t.scope, t.vtable.name);
                 // SAFETY: the vtable matches the payload (set at creation).
                 let outcome = unsafe { (t.vtable.run)(task, self) };
                 crate::trace::span(
                     crate::trace::Kind::Task,
                     start,
                     task.as_ptr() as u64,
-                    t.scope.as_ptr() as u64,
-                    crate::trace::task_kind(t.vtable.name),
+                    scope.as_ptr() as u64,
+                    crate::trace::task_kind(kind),
                 );
                 outcome
             };
