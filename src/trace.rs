@@ -620,13 +620,17 @@ mod imp {
     }
 
     fn escape(s: &str) -> String {
-        s.chars()
-            .flat_map(|c| match c {
-                '"' => vec!['\\', '"'],
-                '\\' => vec!['\\', '\\'],
-                c if (c as u32) < 0x20 => vec![' '],
-                c => vec![c],
-            })
-            .collect()
+        let mut out = String::with_capacity(s.len());
+        for c in s.chars() {
+            match c {
+                '"' | '\\' => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                c if (c as u32) < 0x20 => out.push(' '),
+                c => out.push(c),
+            }
+        }
+        out
     }
 }

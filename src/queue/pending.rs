@@ -17,11 +17,11 @@ use crate::semaphore::{Registration, Semaphore, Timepoint};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{liveness, UnsafeCell};
 use crate::trace;
+use crate::unwind::{panic_error, FirstPanic};
 
 /// Flow ids of "a signal readied this action" (the action's address with
 /// the top bit flipped, apart from its submission's flow).
 const READIED: u64 = 1 << 63;
-use crate::unwind::{panic_error, FirstPanic};
 
 type Action<B> = QueueAction<<B as Backend>::Payload>;
 

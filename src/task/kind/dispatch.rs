@@ -83,16 +83,16 @@ where
             let f = unsafe { &(*Task::payload_ptr::<DispatchPayload<F>>(task)).f }.get();
             return Outcome::Done(guarded(|| f.run(p.size, 0, total)));
         }
-        p.tiles = TileCounter::guided(total, shards, (total / (shards * 16)).clamp(1, 1024));
+        p.tiles = TileCounter::new(total, (total / (shards * 16)).clamp(1, 1024));
         // From here on the grid is shared with the shards: shared
         // references only.
         // SAFETY: the payload is a `DispatchPayload<F>`, alive while this
         // task is (and it outlives every shard, which counts toward it).
         let DispatchPayload { f, grid: p } = unsafe { t.payload::<DispatchPayload<F>>() };
-        t.unfinished.set(1); // hold while adding shards and running tiles here
-                             // This task is the first shard itself: one shard task fewer (its
-                             // block, counts and deque trip), and this worker starts on tiles
-                             // at once.
+        // Held while adding shards and running tiles here. This task is the
+        // first shard itself: one shard task fewer (its block, counts and
+        // deque trip), and this worker starts on tiles at once.
+        t.unfinished.set(1);
         for _ in 1..shards {
             let shard = match new_task(
                 &mut worker.cache,
@@ -148,9 +148,9 @@ where
 /// Claims and runs ranges of the dispatch's tiles until none is left or
 /// one fails (which stops the others).
 fn claim_and_run<F: Tiles>(f: &F, p: &Grid) -> Result<(), Error> {
-    // One trace span per shard (not per range: a guided counter hands out
-    // many small ranges at the end): the ranges it claimed, its first
-    // tile and the tiles it ran.
+    // One trace span per shard, not per range (a dispatch claims its tiles
+    // in many small ranges: 2 tiles each in the demo's 64-tile stages):
+    // the ranges it claimed, its first tile and the tiles it ran.
     let (t, mut ranges, mut first, mut tiles) = (crate::trace::now(), 0u64, u64::MAX, 0u64);
     let r = loop {
         if p.stop.load(Ordering::Relaxed) {
@@ -166,7 +166,6 @@ fn claim_and_run<F: Tiles>(f: &F, p: &Grid) -> Result<(), Error> {
         }
     };
     crate::trace::span(crate::trace::Kind::Tiles, t, ranges, first, tiles);
-    let _ = (ranges, first, tiles);
     r
 }
 
