@@ -6,9 +6,10 @@ use super::Work;
 use crate::device::recording::{Command, RunTiles};
 use crate::error::Error;
 use crate::list::{SList, TransferStack};
+use crate::pool::BlockCache;
 use crate::queue::{Backend, Completion};
 use crate::sync::{Arc, UnsafeCell};
-use crate::task::{ExecutorState, Graph, Scope, ScopeLink, TaskId};
+use crate::task::{ExecutorState, Graph, Scope, ScopeLink, TaskId, TaskPool};
 
 /// Command buffers one `execute` keeps without allocating.
 pub const EXECUTE_INLINE_COMMAND_BUFFERS: usize = 4;
@@ -48,14 +49,19 @@ pub(crate) struct CpuBackend {
     /// only by `issue`, which the pending queue never runs twice at once
     /// for one queue (its issuer is exclusive).
     spare_scopes: UnsafeCell<SList<ScopeLink>>,
+    /// Task blocks for the graphs `issue` builds off the executor's
+    /// workers (a submitting thread's direct issue): touched only by
+    /// `issue`, like `spare_scopes`. On a worker, `issue` takes the
+    /// worker's cache instead.
+    issue_blocks: std::cell::UnsafeCell<BlockCache<TaskPool>>,
     /// The scope host calls run in (their errors go to their signals).
     host_scope: Scope,
     /// Tells the device's drop when this queue's state is freed.
     _token: QueueToken,
 }
 
-// SAFETY: `spare_scopes` is the only field that is not `Sync`; it is
-// touched only by `issue`, which the pending queue never runs concurrently
+// SAFETY: `spare_scopes` and `issue_blocks` are the only fields that are
+// not `Sync`; they are touched only by `issue`, which the pending queue never runs concurrently
 // for one queue (its issuer is exclusive: the drain protocol), and by
 // `Drop` (exclusive).
 unsafe impl Sync for CpuBackend {}
@@ -76,6 +82,7 @@ impl Drop for CpuBackend {
 impl CpuBackend {
     pub(crate) fn new(exec: Arc<ExecutorState>, token: QueueToken) -> CpuBackend {
         CpuBackend {
+            issue_blocks: std::cell::UnsafeCell::new(BlockCache::new(TaskPool(exec.clone()))),
             exec,
             free_scopes: TransferStack::new(),
             spare_scopes: UnsafeCell::new(SList::new()),
@@ -84,8 +91,21 @@ impl CpuBackend {
         }
     }
 
+    /// A graph for a submission, its blocks from this worker's cache (a
+    /// hop: the blocks the last submission's tasks just gave back) or,
+    /// off the workers, from the issuer's. Called only from `issue`.
     fn graph<'a>(&'a self, scope: &Scope) -> Graph<'a> {
-        Graph::new(&self.exec, scope)
+        let cache = self.exec.worker_cache().unwrap_or_else(|| {
+            // SAFETY: `UnsafeCell::get` is never null.
+            unsafe { std::ptr::NonNull::new_unchecked(self.issue_blocks.get()) }
+        });
+        // SAFETY: either cache is of the executor's pool and outlives the
+        // graph (the worker runs the calling task; the backend outlives
+        // `issue`), and is used on this thread only: the worker's by its
+        // own thread, the issuer's by `issue` alone, which the pending
+        // queue never runs twice at once for one queue. Each is borrowed
+        // only for one acquire or release at a time.
+        unsafe { Graph::with_cache(&self.exec, scope, cache) }
     }
 
     /// A scope for a submission: a finished one, else a new one (until

@@ -149,6 +149,32 @@ impl<P: Deref<Target = BlockPool>, const N: usize> BlockCache<P, N> {
     }
 }
 
+/// Where task blocks come from and go back to: a [`BlockCache`], or a
+/// graph's choice of one (its own, or one lent to it).
+pub(crate) trait BlockSource {
+    /// A block (see [`BlockCache::acquire`]).
+    fn acquire(&mut self) -> Result<RawBlock, Error>;
+    /// Takes a block back (see [`BlockCache::release`]).
+    ///
+    /// # Safety
+    /// As [`BlockCache::release`]: `block` came from this source's pool and
+    /// is released once.
+    unsafe fn release(&mut self, block: RawBlock);
+}
+
+impl<P: Deref<Target = BlockPool>, const N: usize> BlockSource for BlockCache<P, N> {
+    #[inline]
+    fn acquire(&mut self) -> Result<RawBlock, Error> {
+        BlockCache::acquire(self)
+    }
+
+    #[inline]
+    unsafe fn release(&mut self, block: RawBlock) {
+        // SAFETY: forwarded contract.
+        unsafe { BlockCache::release(self, block) }
+    }
+}
+
 impl<P: Deref<Target = BlockPool>, const N: usize> Drop for BlockCache<P, N> {
     fn drop(&mut self) {
         self.flush();

@@ -6,4 +6,5 @@ mod block_cache;
 mod block_pool;
 
 pub use block_cache::BlockCache;
+pub(crate) use block_cache::BlockSource;
 pub use block_pool::{Block, BlockPool, BlockPoolConfig, RawBlock};

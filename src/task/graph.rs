@@ -11,11 +11,11 @@ use super::kind::{
 };
 use super::scope::{Scope, ScopeInner};
 use super::task::{QueueLink, Task};
-use super::worker::{free_task, ExecutorState};
+use super::worker::{drop_payload, release_block, ExecutorState, TaskPool};
 use super::Tile;
 use crate::error::{Error, ErrorKind};
 use crate::list::{Handle, SList};
-use crate::pool::{BlockCache, BlockPool};
+use crate::pool::{BlockCache, BlockPool, BlockSource, RawBlock};
 use crate::semaphore::{Semaphore, Timeout};
 
 /// Graph identities, so a `TaskId` is only accepted by its own graph:
@@ -96,8 +96,52 @@ pub struct Graph<'e> {
     /// Every task created, through their `next` links.
     tasks: SList<QueueLink>,
     count: u32,
-    /// Task blocks for this graph, taken from the pool in batches.
-    cache: BlockCache<&'e BlockPool>,
+    /// Task blocks for this graph.
+    cache: GraphBlocks<'e>,
+}
+
+/// Where a graph's task blocks come from.
+enum GraphBlocks<'e> {
+    /// A cache of its own, filled from the pool in batches and flushed
+    /// back when the graph goes (a graph built by a user).
+    Own(BlockCache<&'e BlockPool>),
+    /// A cache lent for the graph's life: the worker's the graph is built
+    /// on, or its queue issuer's, so a submission's blocks come from where
+    /// the last one's went (see [`Graph::with_cache`]).
+    Lent(LentCache),
+}
+
+/// A lent cache's pointer.
+struct LentCache(NonNull<BlockCache<TaskPool>>);
+
+// SAFETY: a `Graph` is `Send` (a user's graph may be built on one thread
+// and submitted on another), but a graph with a lent cache never leaves
+// the thread that lent it (`with_cache`'s contract: the crate builds one,
+// fills and submits or drops it inside one call), so the cache is never
+// touched from another thread.
+unsafe impl Send for LentCache {}
+
+impl BlockSource for GraphBlocks<'_> {
+    #[inline]
+    fn acquire(&mut self) -> Result<RawBlock, Error> {
+        match self {
+            GraphBlocks::Own(c) => c.acquire(),
+            // SAFETY: a lent cache outlives the graph and nothing else
+            // borrows it now (`with_cache`'s contract); this borrow ends
+            // here.
+            GraphBlocks::Lent(c) => unsafe { c.0.as_mut() }.acquire(),
+        }
+    }
+
+    #[inline]
+    unsafe fn release(&mut self, block: RawBlock) {
+        match self {
+            // SAFETY: forwarded contract.
+            GraphBlocks::Own(c) => unsafe { c.release(block) },
+            // SAFETY: as in `acquire`; forwarded contract.
+            GraphBlocks::Lent(c) => unsafe { c.0.as_mut().release(block) },
+        }
+    }
 }
 
 impl fmt::Debug for Graph<'_> {
@@ -115,7 +159,31 @@ impl<'e> Graph<'e> {
             id: next_graph_id(),
             tasks: SList::new(),
             count: 0,
-            cache: BlockCache::new(&exec.pool),
+            cache: GraphBlocks::Own(BlockCache::new(&exec.pool)),
+        }
+    }
+
+    /// A graph on `exec` that takes its task blocks from `cache` (and
+    /// gives back there the blocks of tasks it frees unsubmitted).
+    ///
+    /// # Safety
+    /// `cache` is a cache of `exec`'s pool that stays valid for the
+    /// graph's life, is used only on this thread, and is not borrowed
+    /// across any call of the graph (every other user borrows it only for
+    /// one acquire or release, as the graph does). The graph is submitted
+    /// or dropped on this thread (it is `Send` only for users' graphs).
+    pub(crate) unsafe fn with_cache(
+        exec: &'e ExecutorState,
+        scope: &Scope,
+        cache: NonNull<BlockCache<TaskPool>>,
+    ) -> Graph<'e> {
+        Graph {
+            exec,
+            scope: scope.clone(),
+            id: next_graph_id(),
+            tasks: SList::new(),
+            count: 0,
+            cache: GraphBlocks::Lent(LentCache(cache)),
         }
     }
 
@@ -413,7 +481,17 @@ impl Drop for Graph<'_> {
             // SAFETY: the graph owns its unsubmitted tasks. A capture whose
             // `Drop` panicked has no task to fail (nothing ran): the error
             // is dropped, and every other task is still freed.
-            let _ = unsafe { free_task(&mut self.cache, task.into_raw()) };
+            let task = task.into_raw();
+            // SAFETY: as above; no borrow of the cache is held while the
+            // captures drop (they may build and drop graphs that borrow a
+            // lent cache themselves).
+            let _ = unsafe { drop_payload(task) };
+            // SAFETY: the payload is gone; the block came from this cache's
+            // pool.
+            unsafe { release_block(&mut self.cache, task) };
         }
     }
 }
+
+// A user's graph may be built on one thread and submitted on another.
+static_assertions::assert_impl_all!(Graph<'static>: Send);

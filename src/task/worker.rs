@@ -33,7 +33,7 @@ use super::sleep::SleepState;
 use super::task::{ForkLink, Outcome, QueueLink, Task, TaskPtr, FLAG_CANCELLED, FLAG_FAILED};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, SList, TransferStack};
-use crate::pool::{BlockCache, BlockPool, RawBlock};
+use crate::pool::{BlockCache, BlockPool, BlockSource, RawBlock};
 use crate::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::thread::Thread;
 use crate::sync::{liveness, Arc, Mutex, MutexGuard, UnsafeCell};
@@ -311,6 +311,14 @@ pub(crate) struct Local {
     /// A hop pushed tasks on the deque: the worker announces them (as
     /// its own pushes) unless it is about to run the only one.
     hopped: std::cell::Cell<bool>,
+    /// Task blocks, cached per worker (no atomics while the stash lasts):
+    /// the worker's retirements and spawns, and the graphs a completion
+    /// issues on this thread ([`ExecutorState::worker_cache`]), so a chain
+    /// reuses the blocks its last hop freed. Only this thread touches it,
+    /// and only through borrows that end before any user code runs (moving
+    /// a closure into a block, taking a block back): two of them never
+    /// overlap.
+    cache: std::cell::UnsafeCell<BlockCache<TaskPool>>,
 }
 
 // The model checker's threads need its own thread-locals (they share one
@@ -357,6 +365,23 @@ impl Drop for Hop {
 }
 
 impl ExecutorState {
+    /// The block cache of the worker of this executor running on this
+    /// thread, if the caller is one: a graph built here (a completion's
+    /// issue) can take its blocks from it and the retirements refill it,
+    /// so a chain's hops touch no pool atomic. The pointer is valid while
+    /// the calling task runs; borrow it only for one acquire or release
+    /// at a time, on this thread (see `Local::cache`).
+    pub(crate) fn worker_cache(&self) -> Option<NonNull<BlockCache<TaskPool>>> {
+        let local = LOCAL.with(|l| l.get());
+        // SAFETY: a non-null `LOCAL` is the running worker's, alive while
+        // it runs (cleared before it is freed); only this thread uses it.
+        let local = unsafe { local.as_ref() }?;
+        if !std::ptr::eq(local.exec, self) {
+            return None;
+        }
+        NonNull::new(local.cache.get())
+    }
+
     /// Puts `ready` on the calling worker's deque if a [`Hop`] is active
     /// and the caller is a worker of this executor; `Err(ready)`
     /// otherwise. Tasks past the deque's room go to the injector.
@@ -394,8 +419,6 @@ pub(crate) struct Worker {
     /// Tasks were pushed on the deque since the last `notify`: idle
     /// workers must hear of them before this worker runs anything.
     unannounced: bool,
-    /// Task blocks, cached per worker (no atomics while the stash lasts).
-    pub(crate) cache: BlockCache<TaskPool>,
     /// Retirements not yet subtracted from their scope's count...
     retired_scope: Option<(NonNull<ScopeInner>, usize)>,
     /// ... and from `shared.live` (flushed when idle, on a scope change,
@@ -422,10 +445,10 @@ impl Worker {
             deque,
             exec: Arc::as_ptr(&shared),
             hopped: std::cell::Cell::new(false),
+            cache: std::cell::UnsafeCell::new(BlockCache::new(TaskPool(shared.clone()))),
         });
         Worker {
             index,
-            cache: BlockCache::new(TaskPool(shared.clone())),
             shared,
             local: NonNull::from(Box::leak(local)),
             spill: SList::new(),
@@ -443,6 +466,14 @@ impl Worker {
         if unsafe { self.local.as_ref() }.hopped.replace(false) {
             self.unannounced = true;
         }
+    }
+
+    /// The worker's block cache (see [`Local::cache`]), for one operation.
+    pub(crate) fn cache(&mut self) -> &mut BlockCache<TaskPool> {
+        // SAFETY: the cache is this thread's alone and no other borrow of
+        // it is live: every borrow (this one's users, a graph's lent
+        // access) ends before user code can run (see `Local::cache`).
+        unsafe { &mut *self.local.as_ref().cache.get() }
     }
 
     fn local(&self) -> &Deque<TaskPtr> {
@@ -869,7 +900,7 @@ impl Worker {
         }
         let scope: NonNull<ScopeInner> = t.scope;
         // SAFETY: the task is done and its payload dropped (`execute`).
-        unsafe { release_block(&mut self.cache, task) };
+        unsafe { release_block(self.cache(), task) };
         self.count_retired(scope);
         next
     }
@@ -896,32 +927,11 @@ pub(crate) unsafe fn drop_payload(task: NonNull<Task>) -> Result<(), Error> {
 /// # Safety
 /// The caller owns `task`, which nobody will touch again; its payload was
 /// dropped; `task` came from `cache`'s pool.
-pub(crate) unsafe fn release_block<P: std::ops::Deref<Target = BlockPool>>(
-    cache: &mut BlockCache<P>,
-    task: NonNull<Task>,
-) {
+pub(crate) unsafe fn release_block<C: BlockSource + ?Sized>(cache: &mut C, task: NonNull<Task>) {
     // SAFETY: owned per contract.
     let block = unsafe { task.as_ref() }.block;
     // SAFETY: the task sits at the start of block `block` of the cache's pool.
     let raw = unsafe { RawBlock::from_parts(task.cast(), block) };
     // SAFETY: from this pool (the cache's), released once.
     unsafe { cache.release(raw) };
-}
-
-/// Drops a task's payload and returns its block (an unsubmitted graph's
-/// task). A panic in the payload's `Drop` is returned as an error after
-/// the block went back.
-///
-/// # Safety
-/// The caller owns `task`, which nobody will touch again, and `task` came
-/// from `cache`'s pool (the executor's).
-pub(crate) unsafe fn free_task<P: std::ops::Deref<Target = BlockPool>>(
-    cache: &mut BlockCache<P>,
-    task: NonNull<Task>,
-) -> Result<(), Error> {
-    // SAFETY: forwarded contract.
-    let dropped = unsafe { drop_payload(task) };
-    // SAFETY: forwarded contract; the payload is gone.
-    unsafe { release_block(cache, task) };
-    dropped
 }

@@ -4,7 +4,7 @@ use std::ptr::NonNull;
 
 use super::{new_task, Kind};
 use crate::error::Error;
-use crate::pool::{BlockCache, BlockPool};
+use crate::pool::BlockSource;
 use crate::small_box::SmallBox;
 use crate::sync::atomic::Ordering;
 use crate::task::scope::ScopeInner;
@@ -38,7 +38,7 @@ impl CallContext<'_> {
         // SAFETY: `self.task` is the running call, alive until it retires,
         // which waits for this child.
         let parent = unsafe { self.task.as_ref() };
-        let child = make_call(&mut self.worker.cache, parent.scope, f)?;
+        let child = make_call(self.worker.cache(), parent.scope, f)?;
         // SAFETY: just created, ours.
         let c = unsafe { child.as_ref() };
         c.completion_task.set(Some(self.task));
@@ -105,8 +105,8 @@ where
 }
 
 /// Creates a call task (not yet ready: `unfinished` 0, no links).
-pub(crate) fn make_call<F, P: std::ops::Deref<Target = BlockPool>>(
-    cache: &mut BlockCache<P>,
+pub(crate) fn make_call<F, C: BlockSource + ?Sized>(
+    cache: &mut C,
     scope: NonNull<ScopeInner>,
     f: F,
 ) -> Result<NonNull<Task>, Error>

@@ -95,7 +95,7 @@ where
         t.unfinished.set(1);
         for _ in 1..shards {
             let shard = match new_task(
-                &mut worker.cache,
+                worker.cache(),
                 t.scope,
                 ShardPayload::<F> {
                     dispatch: task,

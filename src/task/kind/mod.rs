@@ -17,7 +17,7 @@ use super::scope::ScopeInner;
 use super::task::{Outcome, Task, VTable};
 use super::worker::Worker;
 use crate::error::Error;
-use crate::pool::{BlockCache, BlockPool};
+use crate::pool::BlockSource;
 
 pub(crate) use call::make_call;
 pub use call::{CallContext, CALL_INLINE_BYTES};
@@ -77,8 +77,8 @@ unsafe fn drop_in_block<T>(task: NonNull<Task>) {
 
 /// Writes a task of kind `K` with `payload` into a fresh block (not yet
 /// ready: `unfinished` 0, no links).
-pub(crate) fn new_task<K: Kind, P: std::ops::Deref<Target = BlockPool>>(
-    cache: &mut BlockCache<P>,
+pub(crate) fn new_task<K: Kind, C: BlockSource + ?Sized>(
+    cache: &mut C,
     scope: NonNull<ScopeInner>,
     payload: K,
 ) -> Result<NonNull<Task>, Error> {
