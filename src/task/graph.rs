@@ -100,7 +100,9 @@ pub struct Graph<'e> {
     cache: GraphBlocks<'e>,
 }
 
-/// Where a graph's task blocks come from.
+/// Where a graph's task blocks come from. (The own cache stays inline:
+/// boxing it would allocate per graph.)
+#[allow(clippy::large_enum_variant)]
 enum GraphBlocks<'e> {
     /// A cache of its own, filled from the pool in batches and flushed
     /// back when the graph goes (a graph built by a user).
