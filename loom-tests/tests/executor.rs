@@ -53,6 +53,90 @@ fn join_counter_makes_the_dependent_ready_exactly_once() {
     });
 }
 
+// Catches: a join made ready twice or never, or run without seeing a
+// predecessor's effects, when a worker holds back the decrements of the
+// predecessors it ran in a row (`Worker::held_join`, one `finish(n)`) and
+// the last predecessor takes the count to zero with a plain store after
+// `is_last` (no read-modify-write). Mutations checked: `is_last` with a
+// Relaxed load (the join's run reads the other thread's effects without
+// synchronizing: loom reports the causality violation); `finish(n)`
+// returning true whenever the count was at least `n` (ready twice).
+#[test]
+fn held_decrements_and_the_last_store_make_the_join_ready_once() {
+    loom::model(|| {
+        struct Join {
+            count: JoinCount,
+            effects: [UnsafeCell<u32>; 3],
+            ready: AtomicUsize,
+        }
+        // SAFETY: each effect cell is written by one predecessor before its
+        // decrement, and read only by the one that made the join ready.
+        unsafe impl Sync for Join {}
+        let join = Arc::new(Join {
+            count: JoinCount::new(3),
+            effects: [UnsafeCell::new(0), UnsafeCell::new(0), UnsafeCell::new(0)],
+            ready: AtomicUsize::new(0),
+        });
+        let run_join = |join: &Join| {
+            join.ready.fetch_add(1, Ordering::Relaxed);
+            for (k, e) in join.effects.iter().enumerate() {
+                // SAFETY: all predecessors finished.
+                assert_eq!(e.with(|e| unsafe { *e }), k as u32 + 1);
+            }
+        };
+        // The worker's policy for one retirement: the last one stores,
+        // otherwise the decrement is held.
+        let retire = |join: &Join, held: &mut u32| -> bool {
+            if *held == 0 && join.count.is_last() {
+                join.count.finish_last();
+                return true;
+            }
+            *held += 1;
+            false
+        };
+        let other = {
+            let join = join.clone();
+            thread::spawn(move || {
+                // Two predecessors in a row on this worker, then the release
+                // before it looks for other work.
+                let mut held = 0;
+                let mut ready = false;
+                for i in 0..2 {
+                    // SAFETY: predecessor `i` owns effect `i`.
+                    join.effects[i].with_mut(|e| unsafe { *e = i as u32 + 1 });
+                    ready |= retire(&join, &mut held);
+                }
+                if held > 0 && join.count.finish(held) {
+                    ready = true;
+                }
+                if ready {
+                    run_join(&join);
+                }
+            })
+        };
+        // The third predecessor, on a thread of its own (a model whose
+        // main thread ran it explored no schedule where it comes last).
+        let third = {
+            let join = join.clone();
+            thread::spawn(move || {
+                // SAFETY: predecessor 2 owns effect 2.
+                join.effects[2].with_mut(|e| unsafe { *e = 3 });
+                let mut held = 0;
+                let mut ready = retire(&join, &mut held);
+                if held > 0 && join.count.finish(held) {
+                    ready = true;
+                }
+                if ready {
+                    run_join(&join);
+                }
+            })
+        };
+        other.join().unwrap();
+        third.join().unwrap();
+        assert_eq!(join.ready.load(Ordering::Relaxed), 1, "ready exactly once");
+    });
+}
+
 #[test]
 fn submission_racing_an_idle_worker_is_never_left_unrun() {
     // The worker's idle protocol and the submitter's notify, as the

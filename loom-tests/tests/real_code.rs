@@ -36,7 +36,10 @@ fn exec(workers: usize) -> Executor {
 // bump it had already seen took the flag: the shutdown's last wake-up
 // then finds no flag set and the worker never exits (deadlock in `drop`).
 // The unpark of every worker that `wake_all` once made, flag or not, hid
-// this; it also reached `wake_one` (a later submission left unrun).
+// this; it also reached `wake_one` (a later submission left unrun). And:
+// `Worker::find` not releasing the decrements it holds back for the join
+// (`held_join`) before it looks beyond its deque: deadlock, the join
+// never ready.
 #[test]
 fn two_workers_run_a_fork_join_once_each_and_the_scope_goes_idle() {
     big_model().check(|| {

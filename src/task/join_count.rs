@@ -43,6 +43,29 @@ impl JoinCount {
     /// zero. AcqRel: every predecessor's effects happen-before whoever then
     /// runs the task (release by each, acquire by the last).
     pub fn finish_one(&self) -> bool {
-        self.0.fetch_sub(1, Ordering::AcqRel) == 1
+        self.finish(1)
+    }
+
+    /// Whether the count is 1: the caller, a predecessor, is the last one
+    /// (Acquire: every other predecessor's effects happen-before this
+    /// read, as their decrements release them). Nobody else will touch
+    /// the count then, so [`finish_last`](Self::finish_last) may stand in
+    /// for the read-modify-write.
+    pub fn is_last(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 1
+    }
+
+    /// The last predecessor finished (after [`is_last`](Self::is_last)
+    /// said so): the count goes to zero with a plain store, no
+    /// read-modify-write; the task is ready.
+    pub fn finish_last(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+
+    /// `n` predecessors finished at once (a worker that held back the
+    /// decrements of several predecessors it ran in a row): `true` for the
+    /// call that made the count zero. AcqRel as in `finish_one`.
+    pub fn finish(&self, n: u32) -> bool {
+        self.0.fetch_sub(n, Ordering::AcqRel) == n
     }
 }

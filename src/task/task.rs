@@ -156,4 +156,9 @@ impl Task {
     pub(crate) fn finish_one(&self) -> bool {
         self.unfinished.finish_one()
     }
+
+    /// `n` predecessors finished: `true` if this made the task ready.
+    pub(crate) fn finish(&self, n: u32) -> bool {
+        self.unfinished.finish(n)
+    }
 }

@@ -424,6 +424,14 @@ pub(crate) struct Worker {
     /// ... and from `shared.live` (flushed when idle, on a scope change,
     /// or every `FLUSH_EVERY`).
     retired_live: usize,
+    /// Finished predecessors of one completion task whose decrements this
+    /// worker holds back: the tasks it ran in a row with that completion
+    /// task (a fork/join's branches), one read-modify-write on the join's
+    /// contended count for all of them instead of one each. Released
+    /// before this worker runs a task with another completion task, and
+    /// before it looks beyond its own deque (steal, injector, park), so
+    /// the join is never delayed by anything but its own predecessors.
+    held_join: Option<(NonNull<Task>, u32)>,
     /// The executor this worker runs for.
     pub(crate) shared: Arc<ExecutorState>,
 }
@@ -455,6 +463,7 @@ impl Worker {
             unannounced: false,
             retired_scope: None,
             retired_live: 0,
+            held_join: None,
         }
     }
 
@@ -528,6 +537,12 @@ impl Worker {
                 }
                 return Some(t.0);
             }
+        }
+        // Nothing left here: held decrements go out before looking
+        // elsewhere (or parking); the join they complete runs here.
+        if let Some(ready) = self.release_join() {
+            self.publish();
+            return Some(ready);
         }
         self.publish();
         if let Some(t) = self.local().pop() {
@@ -802,6 +817,15 @@ impl Worker {
         loop {
             // SAFETY: a ready task is owned by the worker running it.
             let t = unsafe { task.as_ref() };
+            // Decrements held for another join go out first: this task may
+            // run long (or block), and the join does not wait for it.
+            if let Some((held, _)) = self.held_join {
+                if t.completion_task.get() != Some(held) {
+                    if let Some(ready) = self.release_join() {
+                        self.push(ready);
+                    }
+                }
+            }
             // Before running anything (it may block): every other ready
             // task reachable by other workers, and retirements of another
             // scope published.
@@ -865,8 +889,18 @@ impl Worker {
         }
     }
 
+    /// Releases the decrements held back in `held_join`: the completion
+    /// task, if that made it ready (the caller runs or pushes it).
+    fn release_join(&mut self) -> Option<NonNull<Task>> {
+        let (c, n) = self.held_join.take()?;
+        // SAFETY: a completion task outlives its predecessors; the held
+        // decrements keep it from running (and being freed) until here.
+        unsafe { c.as_ref() }.finish(n).then_some(c)
+    }
+
     /// Notifies the task's completion and fork dependents, frees it, and
-    /// returns one newly ready task to continue with.
+    /// returns one newly ready task to continue with (a completion task
+    /// it was not the last predecessor of counts later: `held_join`).
     fn retire(&mut self, task: NonNull<Task>, failed: bool) -> Option<NonNull<Task>> {
         // SAFETY: we own the finished task.
         let t = unsafe { task.as_ref() };
@@ -877,8 +911,25 @@ impl Worker {
             if failed {
                 c_ref.mark_failed();
             }
-            if c_ref.finish_one() {
-                next = Some(c);
+            match &mut self.held_join {
+                Some((held, n)) if *held == c => *n += 1,
+                _ => {
+                    if let Some(ready) = self.release_join() {
+                        self.push(ready);
+                    }
+                    // A count of 1 is ours alone (a decrement held back
+                    // elsewhere keeps it above 1): the task is ready now,
+                    // with no read-modify-write (a chain's next link runs
+                    // here at once). Above 1, hold ours: the next task
+                    // here may well be another predecessor of the same
+                    // join.
+                    if c_ref.unfinished.is_last() {
+                        c_ref.unfinished.finish_last();
+                        next = Some(c);
+                    } else {
+                        self.held_join = Some((c, 1));
+                    }
+                }
             }
         }
         // SAFETY: we own the finished task.
@@ -891,7 +942,15 @@ impl Worker {
             if failed {
                 d_ref.mark_failed();
             }
-            if d_ref.finish_one() {
+            // The barrier is most often a dependent's only predecessor:
+            // then no read-modify-write (see `JoinCount::is_last`).
+            let ready = if d_ref.unfinished.is_last() {
+                d_ref.unfinished.finish_last();
+                true
+            } else {
+                d_ref.finish_one()
+            };
+            if ready {
                 match next {
                     None => next = Some(d),
                     Some(_) => self.push(d),
