@@ -7,7 +7,8 @@
 //!   `Thread::unpark` of a thread parked (idle 2 ms) until it runs.
 //! - `chain_2queues`: per-hop latency of a semaphore chain whose links
 //!   alternate between two queues: barriers (the queue path alone) and
-//!   1-tile executes (queue + executor); the floor,
+//!   1-tile executes (queue + executor; `_hops_only` times from the
+//!   gate's signal on, without the submissions); the floor,
 //!   `floor_cacheline_hop`: two threads spinning on one atomic, each hop
 //!   one hand-off of its cache line.
 //! - `chained_dispatches_200`: 200 executes of a 1024-tile dispatch (each
@@ -146,6 +147,29 @@ fn chain(c: &mut Criterion) {
             }
             gate.signal(1).unwrap();
             s.wait(N, Timeout::Never).unwrap();
+        })
+    });
+    // The same chain, timed from the gate's signal to the host wait's
+    // return: the hops alone, without the N submissions before the gate
+    // (which `execute_1_tile` counts too).
+    group.bench_function("execute_1_tile_hops_only", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let s = Semaphore::new(0);
+                let gate = Semaphore::new(0);
+                qs[0].execute(&[(&gate, 1)], &[(&s, 1)], &[&cb]).unwrap();
+                for i in 1..N {
+                    qs[(i % 2) as usize]
+                        .execute(&[(&s, i)], &[(&s, i + 1)], &[&cb])
+                        .unwrap();
+                }
+                let start = Instant::now();
+                gate.signal(1).unwrap();
+                s.wait(N, Timeout::Never).unwrap();
+                total += start.elapsed();
+            }
+            total
         })
     });
     // The floor: N one-way hand-offs of one cache line between two
