@@ -200,6 +200,39 @@ fn a_blocked_worker_strands_nothing_and_the_scope_goes_idle() {
     });
 }
 
+// Catches: a worker that holds back its decrement of a join (`held_join`)
+// while it runs a task that is not one of that join's predecessors. Two
+// calls join a fence; a third call, forked with them, blocks until the
+// fence signals. A worker that ran one joined call and then the blocking
+// one while still holding its decrement leaves the fence short of it for
+// good: the other worker finishes the second joined call and finds the
+// fence not ready. Mutation checked: `execute` not releasing the held
+// decrements before a task of another join: deadlock.
+#[test]
+fn a_held_join_decrement_is_released_before_an_unrelated_task_runs() {
+    blocking_model().check(|| {
+        let exec = exec(2);
+        let scope = Scope::new();
+        let fence = Semaphore::new(0);
+        let mut g = exec.graph(&scope);
+        let fork = g.barrier().unwrap();
+        let first = g.call(|_| Ok(())).unwrap();
+        let f = fence.clone();
+        let blocked = g.call(move |_| f.wait(1, Timeout::Never)).unwrap();
+        let second = g.call(|_| Ok(())).unwrap();
+        let signal = g.fence(Some((&fence, 1))).unwrap();
+        for id in [first, blocked, second] {
+            g.fork(fork, id).unwrap();
+        }
+        g.set_completion(first, signal).unwrap();
+        g.set_completion(second, signal).unwrap();
+        g.submit();
+        scope.wait_idle(Timeout::Never).unwrap();
+        assert_eq!(fence.query().unwrap(), 1);
+        drop(exec);
+    });
+}
+
 // Catches: a child spawned by a running call left on that worker's deque
 // while the other worker sleeps. The call then blocks until its child has
 // run: with the child unannounced, a worker that was about to park when
