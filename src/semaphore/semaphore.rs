@@ -57,7 +57,8 @@ pub(crate) const FAILED_VALUE: u64 = u64::MAX;
 ///   and every later `query`, `wait` and `signal` returns it (kind kept).
 /// - [`wait(v, timeout)`](Self::wait) blocks until the value is `>= v`, the
 ///   semaphore fails, or the timeout elapses (`DeadlineExceeded`, never
-///   before the timeout). It spins briefly, then parks.
+///   before the timeout). It spins briefly (a short backoff, then about
+///   50 us of yielding to other threads), then parks.
 ///
 /// ```
 /// use std::time::Duration;

@@ -22,7 +22,7 @@ mod tile_counter;
 mod worker;
 
 pub(crate) use kind::{run_tiles, Tiles};
-pub(crate) use worker::{ExecutorState, Hop, TaskPool};
+pub(crate) use worker::{ExecutorState, Hop, TaskPool, SPIN_YIELDING};
 
 pub use executor::{Executor, ExecutorConfig};
 pub use graph::{Graph, TaskId};

@@ -451,7 +451,7 @@ impl Drop for Worker {
 /// 1024-way fork/join built and run in a loop went from 144-162 us to
 /// 97-101 us with it (rayon's own workers yield for a while before they
 /// sleep too).
-const SPIN_YIELDING: Duration = Duration::from_micros(50);
+pub(crate) const SPIN_YIELDING: Duration = Duration::from_micros(50);
 
 /// Retirements a worker batches before publishing them.
 const FLUSH_EVERY: usize = 64;
