@@ -638,3 +638,73 @@ fn a_wait_expiring_while_a_signal_fires_it_completes_once() {
         );
     }
 }
+
+// A fork wider than a chunk of the injector: the dependents whose only
+// predecessor is the barrier go out in ready chunks (`Graph::submit`),
+// the others (a second predecessor, or a barrier themselves) through
+// their counts. Every one runs once, the join after all of them.
+#[test]
+fn a_wide_fork_runs_every_dependent_once_and_the_join_last() {
+    let e = exec();
+    let scope = Scope::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut g = e.graph(&scope);
+    let start = g.call(|_| Ok(())).unwrap();
+    let fork = g.barrier().unwrap();
+    g.set_completion(start, fork).unwrap();
+    let other = g.call(|_| Ok(())).unwrap();
+    let inner = g.barrier().unwrap();
+    g.fork(fork, inner).unwrap();
+    let first = g.nop().unwrap();
+    for i in 0..1000 {
+        let r = runs.clone();
+        let d = g
+            .call(move |_| {
+                r.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap();
+        if i % 100 == 7 {
+            // A second predecessor: released by its count, not a chunk.
+            g.fork(inner, d).unwrap();
+        } else {
+            g.fork(fork, d).unwrap();
+        }
+    }
+    let r = runs.clone();
+    let join = g
+        .call(move |_| {
+            assert_eq!(r.load(Ordering::Relaxed), 1000, "the join runs last");
+            Ok(())
+        })
+        .unwrap();
+    g.join_from(first, join).unwrap();
+    g.set_completion(other, inner).unwrap();
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+    assert_eq!(runs.load(Ordering::Relaxed), 1000);
+}
+
+#[test]
+fn a_wide_fork_after_a_failure_skips_every_dependent() {
+    let e = exec();
+    let scope = Scope::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut g = e.graph(&scope);
+    let a = g.call(|_| Err(boom("a"))).unwrap();
+    let fork = g.barrier().unwrap();
+    g.set_completion(a, fork).unwrap();
+    for _ in 0..300 {
+        let r = runs.clone();
+        let d = g
+            .call(move |_| {
+                r.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap();
+        g.fork(fork, d).unwrap();
+    }
+    g.submit();
+    assert_eq!(scope.wait_idle(LONG).unwrap_err().message(), "a");
+    assert_eq!(runs.load(Ordering::Relaxed), 0);
+}

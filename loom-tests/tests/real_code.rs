@@ -233,6 +233,37 @@ fn a_held_join_decrement_is_released_before_an_unrelated_task_runs() {
     });
 }
 
+// Catches: a barrier's dependents that have no other predecessor,
+// chunked at submit (3 to a chunk under the model checker), left
+// unreleased or run twice: four of them make two chunks; the barrier's
+// worker keeps the first and hands the second to the injector, where the
+// other worker may take it. Mutation checked: the chunks after the first
+// not pushed to the injector: deadlock (the scope never idle).
+#[test]
+fn a_barriers_chunked_dependents_each_run_once() {
+    blocking_model().check(|| {
+        let exec = exec(2);
+        let scope = Scope::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let mut g = exec.graph(&scope);
+        let fork = g.barrier().unwrap();
+        for _ in 0..4 {
+            let runs = runs.clone();
+            let d = g
+                .call(move |_| {
+                    runs.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                })
+                .unwrap();
+            g.fork(fork, d).unwrap();
+        }
+        g.submit();
+        scope.wait_idle(Timeout::Never).unwrap();
+        assert_eq!(runs.load(Ordering::Relaxed), 4, "every dependent ran once");
+        drop(exec);
+    });
+}
+
 // Catches: a child spawned by a running call left on that worker's deque
 // while the other worker sleeps. The call then blocks until its child has
 // run: with the child unannounced, a worker that was about to park when

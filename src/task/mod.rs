@@ -22,7 +22,9 @@ mod tile_counter;
 mod worker;
 
 pub(crate) use kind::{run_tiles, Tiles};
-pub(crate) use worker::{ExecutorState, Hop, TaskPool, SPIN_YIELDING};
+#[cfg(not(fenceline_loom))]
+pub(crate) use worker::SPIN_YIELDING;
+pub(crate) use worker::{ExecutorState, Hop, TaskPool};
 
 pub use executor::{Executor, ExecutorConfig};
 pub use graph::{Graph, TaskId};

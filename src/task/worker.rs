@@ -22,7 +22,7 @@
 //! epoch (and, through the RMW's acquire, the task).
 
 use std::ptr::NonNull;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_utils::CachePadded;
@@ -47,7 +47,7 @@ pub(crate) const LOCAL_CAP: usize = if cfg!(fenceline_loom) { 1 } else { 64 };
 /// holds, plus the one it runs. (3 under the model checker, more than its
 /// deque and the task run, so that small models reach the give-back of a
 /// chunk's rest.)
-const CHUNK: usize = if cfg!(fenceline_loom) {
+pub(crate) const CHUNK: usize = if cfg!(fenceline_loom) {
     3
 } else {
     LOCAL_CAP + 1
@@ -211,7 +211,7 @@ impl ExecutorState {
     }
 
     /// A non-empty list of ready tasks as one chunk (a one-chunk list).
-    fn chunk(list: SList<QueueLink>) -> SList<ForkLink> {
+    pub(crate) fn chunk(list: SList<QueueLink>) -> SList<ForkLink> {
         let mut one = SList::new();
         if let Some(first) = list.into_chain() {
             // SAFETY: the chain's first task stands for the chunk; it is
@@ -221,7 +221,7 @@ impl ExecutorState {
         one
     }
 
-    fn push_chunks(&self, chunks: SList<ForkLink>) {
+    pub(crate) fn push_chunks(&self, chunks: SList<ForkLink>) {
         // Ready tasks are independent: the order of chunks means nothing,
         // so no walk to keep it.
         self.injector.push_list_unordered(chunks);
@@ -451,7 +451,8 @@ impl Drop for Worker {
 /// 1024-way fork/join built and run in a loop went from 144-162 us to
 /// 97-101 us with it (rayon's own workers yield for a while before they
 /// sleep too).
-pub(crate) const SPIN_YIELDING: Duration = Duration::from_micros(50);
+#[cfg(not(fenceline_loom))]
+pub(crate) const SPIN_YIELDING: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Retirements a worker batches before publishing them.
 const FLUSH_EVERY: usize = 64;
@@ -971,6 +972,42 @@ impl Worker {
                     None => next = Some(d),
                     Some(_) => self.push(d),
                 }
+            }
+        }
+        // Dependents whose only predecessor this barrier is, in ready
+        // chunks since submit: no count to decrement. This worker keeps
+        // the first chunk (it continues with its first task and pushes the
+        // rest on its deque); the others go to the injector whole, for the
+        // other workers to walk.
+        // SAFETY: we own the finished task.
+        let mut sole = unsafe { super::kind::take_sole(task) };
+        if failed {
+            // Every one of them is marked failed first (its run is skipped).
+            while let Some(head) = sole.pop_front().map(Handle::into_raw) {
+                // SAFETY: the chunk's chain was made by `Graph::submit`
+                // and is ours now that its barrier finished.
+                let mut chunk = unsafe { SList::<QueueLink>::from_chain(head) };
+                while let Some(d) = chunk.pop_front().map(Handle::into_raw) {
+                    // SAFETY: dependents outlive the barrier.
+                    unsafe { d.as_ref() }.mark_failed();
+                    match next {
+                        None => next = Some(d),
+                        Some(_) => self.push(d),
+                    }
+                }
+            }
+        } else if let Some(head) = sole.pop_front().map(Handle::into_raw) {
+            // SAFETY: as above.
+            let mut chunk = unsafe { SList::<QueueLink>::from_chain(head) };
+            while let Some(d) = chunk.pop_front().map(Handle::into_raw) {
+                match next {
+                    None => next = Some(d),
+                    Some(_) => self.push(d),
+                }
+            }
+            if !sole.is_empty() {
+                self.shared.push_chunks(sole);
+                self.shared.notify();
             }
         }
         let scope: NonNull<ScopeInner> = t.scope;

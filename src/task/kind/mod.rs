@@ -26,7 +26,7 @@ pub(crate) use dispatch::{run_tiles, DispatchPayload, Tiles};
 pub(crate) use fence::FencePayload;
 pub(crate) use finally::FinallyPayload;
 pub use finally::FINALLY_INLINE_BYTES;
-pub(crate) use nop::{take_dependents, BarrierPayload, Nop};
+pub(crate) use nop::{take_dependents, take_sole, BarrierPayload, Nop};
 pub(crate) use wait::{WaitLink, WaitState};
 
 /// A task kind: the payload type and what the worker does with it.

@@ -19,9 +19,17 @@ impl Kind for Nop {
 }
 
 /// A barrier's payload: its dependents, linked through their fork links.
+/// At submit, the dependents whose only predecessor is the barrier move to
+/// `sole`, in ready chunks (see `Graph::submit`): the barrier releases
+/// them with no count to decrement, and hands whole chunks to the other
+/// workers without walking them.
 #[derive(Default)]
 pub(crate) struct BarrierPayload {
     pub(crate) dependents: SList<ForkLink>,
+    /// Chunks in the injector's form (`ExecutorState::injector`): their
+    /// first tasks linked through their fork links, each chunk chained
+    /// through its queue links.
+    pub(crate) sole: SList<ForkLink>,
 }
 
 impl Kind for BarrierPayload {
@@ -30,6 +38,21 @@ impl Kind for BarrierPayload {
 
     unsafe fn run(_task: NonNull<Task>, _worker: &mut Worker) -> Outcome {
         Outcome::Done(Ok(()))
+    }
+}
+
+/// The chunks of dependents whose only predecessor is `task`, if it is a
+/// barrier (none otherwise), taken out of its payload.
+///
+/// # Safety
+/// The caller owns `task`, which has finished running.
+pub(crate) unsafe fn take_sole(task: NonNull<Task>) -> SList<ForkLink> {
+    // SAFETY: owned per contract.
+    if unsafe { task.as_ref() }.vtable.forks {
+        // SAFETY: as in `take_dependents`.
+        std::mem::take(unsafe { &mut (*Task::payload_ptr::<BarrierPayload>(task)).sole })
+    } else {
+        SList::new()
     }
 }
 
