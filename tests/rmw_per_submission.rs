@@ -309,7 +309,7 @@ fn rmw_sites() {
 
 /// Tenths of an RMW per task of a 1024-way fork/join on the executor
 /// (every thread: build, submit, run, retire, join, wake-ups; crossbeam's
-/// deque is not counted): 0.2 measured. The branches' decrements of their
+/// deque is not counted): 0.2-0.3 measured. The branches' decrements of their
 /// join are held back by the worker that ran them in a row and released
 /// with one RMW (`Worker::held_join`), and a task whose count reads 1 is
 /// made ready with a store (`JoinCount::is_last`), so the barrier's

@@ -639,6 +639,19 @@ fn a_wait_expiring_while_a_signal_fires_it_completes_once() {
     }
 }
 
+/// A call that counts its runs in `runs`.
+fn counting_call(
+    g: &mut fenceline::task::Graph<'_>,
+    runs: &Arc<AtomicUsize>,
+) -> fenceline::task::TaskId {
+    let r = runs.clone();
+    g.call(move |_| {
+        r.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    })
+    .unwrap()
+}
+
 // A fork wider than a chunk of the injector: the dependents whose only
 // predecessor is the barrier go out in ready chunks (`Graph::submit`),
 // the others (a second predecessor, or a barrier themselves) through
@@ -657,13 +670,7 @@ fn a_wide_fork_runs_every_dependent_once_and_the_join_last() {
     g.fork(fork, inner).unwrap();
     let first = g.nop().unwrap();
     for i in 0..1000 {
-        let r = runs.clone();
-        let d = g
-            .call(move |_| {
-                r.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            })
-            .unwrap();
+        let d = counting_call(&mut g, &runs);
         if i % 100 == 7 {
             // A second predecessor: released by its count, not a chunk.
             g.fork(inner, d).unwrap();
@@ -695,13 +702,7 @@ fn a_wide_fork_after_a_failure_skips_every_dependent() {
     let fork = g.barrier().unwrap();
     g.set_completion(a, fork).unwrap();
     for _ in 0..300 {
-        let r = runs.clone();
-        let d = g
-            .call(move |_| {
-                r.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            })
-            .unwrap();
+        let d = counting_call(&mut g, &runs);
         g.fork(fork, d).unwrap();
     }
     g.submit();

@@ -11,32 +11,52 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-#[test]
-fn join_counter_makes_the_dependent_ready_exactly_once() {
-    loom::model(|| {
-        struct Join {
-            count: JoinCount,
-            effects: [UnsafeCell<u32>; 3],
-            ready: AtomicUsize,
-        }
-        // SAFETY: each effect cell is written by one predecessor before its
-        // `finish_one`, and read only by the one that saw the count reach 0.
-        unsafe impl Sync for Join {}
-        let join = Arc::new(Join {
+/// A join of three predecessors: each writes its effect, then counts
+/// down; the one that makes the join ready runs it, which must see every
+/// effect.
+struct Join {
+    count: JoinCount,
+    effects: [UnsafeCell<u32>; 3],
+    ready: AtomicUsize,
+}
+
+// SAFETY: each effect cell is written by one predecessor before its
+// decrement, and read only by the one that made the join ready.
+unsafe impl Sync for Join {}
+
+impl Join {
+    fn new() -> Arc<Join> {
+        Arc::new(Join {
             count: JoinCount::new(3),
             effects: [UnsafeCell::new(0), UnsafeCell::new(0), UnsafeCell::new(0)],
             ready: AtomicUsize::new(0),
-        });
+        })
+    }
+
+    /// Predecessor `i`'s work.
+    fn effect(&self, i: usize) {
+        // SAFETY: predecessor `i` owns effect `i` until it counts down.
+        self.effects[i].with_mut(|e| unsafe { *e = i as u32 + 1 });
+    }
+
+    /// The join's run: it must see every predecessor's effect.
+    fn run(&self) {
+        self.ready.fetch_add(1, Ordering::Relaxed);
+        for (k, e) in self.effects.iter().enumerate() {
+            // SAFETY: all predecessors finished (the count reached 0).
+            assert_eq!(e.with(|e| unsafe { *e }), k as u32 + 1);
+        }
+    }
+}
+
+#[test]
+fn join_counter_makes_the_dependent_ready_exactly_once() {
+    loom::model(|| {
+        let join = Join::new();
         let finish = |join: &Join, i: usize| {
-            // SAFETY: predecessor `i` owns effect `i` until it finishes.
-            join.effects[i].with_mut(|e| unsafe { *e = i as u32 + 1 });
+            join.effect(i);
             if join.count.finish_one() {
-                join.ready.fetch_add(1, Ordering::Relaxed);
-                // The dependent runs: it must see every predecessor's effect.
-                for (k, e) in join.effects.iter().enumerate() {
-                    // SAFETY: all predecessors finished (count reached 0).
-                    assert_eq!(e.with(|e| unsafe { *e }), k as u32 + 1);
-                }
+                join.run();
             }
         };
         let threads: Vec<_> = (0..2)
@@ -64,75 +84,41 @@ fn join_counter_makes_the_dependent_ready_exactly_once() {
 #[test]
 fn held_decrements_and_the_last_store_make_the_join_ready_once() {
     loom::model(|| {
-        struct Join {
-            count: JoinCount,
-            effects: [UnsafeCell<u32>; 3],
-            ready: AtomicUsize,
+        let join = Join::new();
+        // A worker running predecessors `range` in a row: the first one the
+        // last stores; otherwise each decrement is held, and all of them
+        // are released (one `finish`) before it looks for other work.
+        let worker = |join: &Join, range: std::ops::Range<usize>| {
+            let mut held = 0;
+            let mut ready = false;
+            for i in range {
+                join.effect(i);
+                if held == 0 && join.count.is_last() {
+                    join.count.finish_last();
+                    ready = true;
+                } else {
+                    held += 1;
+                }
+            }
+            if held > 0 && join.count.finish(held) {
+                ready = true;
+            }
+            if ready {
+                join.run();
+            }
+        };
+        // Both on threads of their own (a model whose main thread ran one
+        // explored no schedule where it comes last).
+        let threads: Vec<_> = [0..2, 2..3]
+            .into_iter()
+            .map(|range| {
+                let join = join.clone();
+                thread::spawn(move || worker(&join, range))
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
         }
-        // SAFETY: each effect cell is written by one predecessor before its
-        // decrement, and read only by the one that made the join ready.
-        unsafe impl Sync for Join {}
-        let join = Arc::new(Join {
-            count: JoinCount::new(3),
-            effects: [UnsafeCell::new(0), UnsafeCell::new(0), UnsafeCell::new(0)],
-            ready: AtomicUsize::new(0),
-        });
-        let run_join = |join: &Join| {
-            join.ready.fetch_add(1, Ordering::Relaxed);
-            for (k, e) in join.effects.iter().enumerate() {
-                // SAFETY: all predecessors finished.
-                assert_eq!(e.with(|e| unsafe { *e }), k as u32 + 1);
-            }
-        };
-        // The worker's policy for one retirement: the last one stores,
-        // otherwise the decrement is held.
-        let retire = |join: &Join, held: &mut u32| -> bool {
-            if *held == 0 && join.count.is_last() {
-                join.count.finish_last();
-                return true;
-            }
-            *held += 1;
-            false
-        };
-        let other = {
-            let join = join.clone();
-            thread::spawn(move || {
-                // Two predecessors in a row on this worker, then the release
-                // before it looks for other work.
-                let mut held = 0;
-                let mut ready = false;
-                for i in 0..2 {
-                    // SAFETY: predecessor `i` owns effect `i`.
-                    join.effects[i].with_mut(|e| unsafe { *e = i as u32 + 1 });
-                    ready |= retire(&join, &mut held);
-                }
-                if held > 0 && join.count.finish(held) {
-                    ready = true;
-                }
-                if ready {
-                    run_join(&join);
-                }
-            })
-        };
-        // The third predecessor, on a thread of its own (a model whose
-        // main thread ran it explored no schedule where it comes last).
-        let third = {
-            let join = join.clone();
-            thread::spawn(move || {
-                // SAFETY: predecessor 2 owns effect 2.
-                join.effects[2].with_mut(|e| unsafe { *e = 3 });
-                let mut held = 0;
-                let mut ready = retire(&join, &mut held);
-                if held > 0 && join.count.finish(held) {
-                    ready = true;
-                }
-                if ready {
-                    run_join(&join);
-                }
-            })
-        };
-        other.join().unwrap();
-        third.join().unwrap();
         assert_eq!(join.ready.load(Ordering::Relaxed), 1, "ready exactly once");
     });
 }

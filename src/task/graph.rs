@@ -156,13 +156,17 @@ impl fmt::Debug for Graph<'_> {
 impl<'e> Graph<'e> {
     /// A graph on the executor whose state is `exec`.
     pub(crate) fn new(exec: &'e ExecutorState, scope: &Scope) -> Graph<'e> {
+        Graph::with_blocks(exec, scope, GraphBlocks::Own(BlockCache::new(&exec.pool)))
+    }
+
+    fn with_blocks(exec: &'e ExecutorState, scope: &Scope, cache: GraphBlocks<'e>) -> Graph<'e> {
         Graph {
             exec,
             scope: scope.clone(),
             id: next_graph_id(),
             tasks: SList::new(),
             count: 0,
-            cache: GraphBlocks::Own(BlockCache::new(&exec.pool)),
+            cache,
         }
     }
 
@@ -180,14 +184,7 @@ impl<'e> Graph<'e> {
         scope: &Scope,
         cache: NonNull<BlockCache<TaskPool>>,
     ) -> Graph<'e> {
-        Graph {
-            exec,
-            scope: scope.clone(),
-            id: next_graph_id(),
-            tasks: SList::new(),
-            count: 0,
-            cache: GraphBlocks::Lent(LentCache(cache)),
-        }
+        Graph::with_blocks(exec, scope, GraphBlocks::Lent(LentCache(cache)))
     }
 
     /// The scope the graph's tasks count in.
