@@ -238,7 +238,10 @@ fn a_held_join_decrement_is_released_before_an_unrelated_task_runs() {
 // unreleased or run twice: four of them make two chunks; the barrier's
 // worker keeps the first and hands the second to the injector, where the
 // other worker may take it. Mutation checked: the chunks after the first
-// not pushed to the injector: deadlock (the scope never idle).
+// not pushed to the injector: deadlock (the scope never idle). The first
+// chunk's middle task carries a prefetch hint (`PREFETCH_AHEAD` is 1 under
+// loom), written by the submitting thread and read by the walker: the
+// model checks that access too.
 #[test]
 fn a_barriers_chunked_dependents_each_run_once() {
     blocking_model().check(|| {

@@ -38,6 +38,7 @@ mod transfer_stack;
 pub use dlist::DList;
 pub use ends::Iter;
 pub(crate) use links::next as links_next;
+pub(crate) use links::set_next as set_links_next;
 pub use links::{DoubleLink, DoubleLinks, Handle, Link, SingleLink, SingleLinks};
 pub use slist::SList;
 pub use transfer_stack::TransferStack;

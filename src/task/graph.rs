@@ -12,7 +12,9 @@ use super::kind::{
 use super::scope::{Scope, ScopeInner};
 use super::task::ForkLink;
 use super::task::{QueueLink, Task};
-use super::worker::{drop_payload, release_block, ExecutorState, TaskPool, CHUNK};
+use super::worker::{
+    drop_payload, release_block, set_prefetch_hint, ExecutorState, TaskPool, CHUNK, PREFETCH_AHEAD,
+};
 use super::Tile;
 use crate::error::{Error, ErrorKind};
 use crate::list::{Handle, SList};
@@ -502,6 +504,8 @@ unsafe fn chunk_sole_dependents(task: NonNull<Task>) {
     // graph is the only one touching it.
     let p = unsafe { &mut *Task::payload_ptr::<BarrierPayload>(task) };
     let (mut shared, mut chunk) = (SList::<ForkLink>::new(), SList::<QueueLink>::new());
+    // The chunk's last `PREFETCH_AHEAD` tasks, for the hints.
+    let mut recent = [None; PREFETCH_AHEAD];
     while let Some(d) = p.dependents.pop_front() {
         // SAFETY: a dependent outlives its barrier; the graph owns it.
         let dt = unsafe { d.as_ptr().as_ref() };
@@ -509,6 +513,14 @@ unsafe fn chunk_sole_dependents(task: NonNull<Task>) {
             // Made ready by the barrier's finish alone: the count is
             // spent now (nobody else will decrement it).
             dt.unfinished.set(0);
+            // The task `PREFETCH_AHEAD` places back (not the chunk's
+            // first, whose fork link the chunk list takes) points here.
+            let slot = &mut recent[chunk.len() % PREFETCH_AHEAD];
+            if let Some(back) = slot.take().filter(|_| chunk.len() > PREFETCH_AHEAD) {
+                // SAFETY: a task of this chunk, out of every fork list.
+                unsafe { set_prefetch_hint(back, d.as_ptr()) };
+            }
+            *slot = Some(d.as_ptr());
             // SAFETY: out of the fork list (just popped) and its queue
             // link is free per contract.
             chunk.push_back(unsafe { Handle::from_raw(d.into_raw()) });
@@ -557,3 +569,72 @@ impl Drop for Graph<'_> {
 
 // A user's graph may be built on one thread and submitted on another.
 static_assertions::assert_impl_all!(Graph<'static>: Send);
+
+#[cfg(all(test, not(fenceline_loom)))]
+mod tests {
+    use super::*;
+    use crate::task::{Executor, ExecutorConfig};
+
+    /// The prefetch hints of a barrier's ready chunks: each task but a
+    /// chunk's first points `PREFETCH_AHEAD` places on in its own chunk, and
+    /// no hint crosses a chunk or points at a chunk's first task (whose
+    /// fork link the chunk list takes). Fails if the hints are off by one,
+    /// start at the first task, or run on across chunks (mutation checked:
+    /// hints from the second task on, `> PREFETCH_AHEAD + 1`: fails).
+    #[test]
+    fn ready_chunks_carry_prefetch_hints_ahead_within_each_chunk() {
+        let exec = Executor::new(ExecutorConfig {
+            workers: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        let scope = Scope::new();
+        let mut g = exec.graph(&scope);
+        let fork = g.barrier().unwrap();
+        let n = CHUNK + PREFETCH_AHEAD + 3;
+        for _ in 0..n {
+            let d = g.nop().unwrap();
+            g.fork(fork, d).unwrap();
+        }
+        // Take the tasks out of the graph's list (as `submit` does) and
+        // chunk the barrier's dependents.
+        let mut all = Vec::new();
+        while let Some(t) = g.tasks.pop_front() {
+            all.push(t.into_raw());
+        }
+        // SAFETY: the graph's tasks, out of its list, not handed over.
+        let mut sole = unsafe {
+            chunk_sole_dependents(fork.task);
+            crate::task::kind::take_sole(fork.task)
+        };
+        let mut lens = Vec::new();
+        while let Some(head) = sole.pop_front().map(Handle::into_raw) {
+            // SAFETY: a chunk's chain of this graph's tasks.
+            let mut chunk = unsafe { SList::<QueueLink>::from_chain(head) };
+            let mut tasks = Vec::new();
+            while let Some(t) = chunk.pop_front() {
+                tasks.push(t.into_raw());
+            }
+            for (i, &t) in tasks.iter().enumerate() {
+                // SAFETY: ours; its fork link holds a hint or nothing.
+                let hint = unsafe { crate::list::links_next::<ForkLink>(t) };
+                let want = (i >= 1).then(|| tasks.get(i + PREFETCH_AHEAD).copied());
+                assert_eq!(
+                    hint,
+                    want.flatten(),
+                    "task {i} of a chunk of {}",
+                    tasks.len()
+                );
+                // SAFETY: as above; cleared before the graph frees it.
+                unsafe { crate::list::set_links_next::<ForkLink>(t, None) };
+            }
+            lens.push(tasks.len());
+        }
+        assert_eq!(lens, [CHUNK, n - CHUNK]);
+        // Give the tasks back for the graph to free.
+        for t in all {
+            // SAFETY: ours, in no list now.
+            g.tasks.push_back(unsafe { Handle::from_raw(t) });
+        }
+    }
+}

@@ -571,7 +571,7 @@ impl Worker {
         if let Some(head) = chunks.pop_front().map(Handle::into_raw) {
             // SAFETY: the chunk's chain was given up to the injector by
             // `chunk` and is ours now that the take gave us its head.
-            let mut taken = unsafe { SList::<QueueLink>::from_chain(head) };
+            let mut taken = unsafe { walk_chunk(head) };
             let first = taken.pop_front().map(Handle::into_raw);
             let Some(first) = first else {
                 unreachable!("a chunk holds a task");
@@ -1013,7 +1013,7 @@ impl Worker {
             }
         } else if let Some(head) = sole.pop_front().map(Handle::into_raw) {
             // SAFETY: as above.
-            let mut chunk = unsafe { SList::<QueueLink>::from_chain(head) };
+            let mut chunk = unsafe { walk_chunk(head) };
             while let Some(d) = chunk.pop_front().map(Handle::into_raw) {
                 match next {
                     None => next = Some(d),
@@ -1031,6 +1031,43 @@ impl Worker {
         self.count_retired(scope);
         next
     }
+}
+
+/// A ready chunk's chain as a list, its tasks' payload lines on their way
+/// into this core's cache (the walk reads each header: a dependent miss
+/// each, with the payload's fetch overlapping the next one).
+///
+/// # Safety
+/// As for `SList::from_chain`: `head` starts a chain of tasks linked
+/// through `QueueLink` that the caller owns.
+unsafe fn walk_chunk(head: NonNull<Task>) -> SList<QueueLink> {
+    let mut cursor = Some(head);
+    while let Some(t) = cursor {
+        // SAFETY: per contract: ours, and its fork link is free (a hint or
+        // nothing).
+        if let Some(ahead) = unsafe { crate::list::links_next::<ForkLink>(t) } {
+            Task::prefetch(ahead);
+        }
+        // SAFETY: per contract.
+        cursor = unsafe { crate::list::links_next::<QueueLink>(t) };
+    }
+    // SAFETY: per contract.
+    unsafe { SList::from_chain(head) }
+}
+
+/// How far ahead in a ready chunk a task's prefetch hint points.
+pub(crate) const PREFETCH_AHEAD: usize = if cfg!(fenceline_loom) { 1 } else { 8 };
+
+/// Points `task`'s free fork link at `ahead`, a task further on in the
+/// same ready chunk: the chunk's walker prefetches it, so the walk's misses
+/// overlap instead of following one another. A hint only: nobody
+/// dereferences it, and any list that takes the link overwrites it.
+///
+/// # Safety
+/// The caller owns `task`, which is in no fork list.
+pub(crate) unsafe fn set_prefetch_hint(task: NonNull<Task>, ahead: NonNull<Task>) {
+    // SAFETY: per contract.
+    unsafe { crate::list::set_links_next::<ForkLink>(task, Some(ahead)) }
 }
 
 /// Drops a task's payload, turning a panic in its `Drop` into an error.
