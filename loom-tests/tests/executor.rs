@@ -167,10 +167,13 @@ fn submission_racing_an_idle_worker_is_never_left_unrun() {
     });
 }
 
+// The guided claim's CAS loop: every tile claimed once by two racing
+// shards (and this thread). Mutation checked: a load and a store in place
+// of the CAS: a tile claimed twice.
 #[test]
 fn every_tile_is_claimed_exactly_once() {
     loom::model(|| {
-        let tiles = Arc::new(TileCounter::new(5, 2));
+        let tiles = Arc::new(TileCounter::new(5, 2, 2));
         let counts: Arc<Vec<AtomicUsize>> = Arc::new((0..5).map(|_| AtomicUsize::new(0)).collect());
         let shard = |tiles: &TileCounter, counts: &[AtomicUsize]| {
             while let Some((start, end)) = tiles.claim() {

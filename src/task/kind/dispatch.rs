@@ -41,7 +41,7 @@ impl<F> DispatchPayload<F> {
             f: SmallBox::new(f),
             grid: Grid {
                 size: grid,
-                tiles: TileCounter::new(total, 1),
+                tiles: TileCounter::new(total, 1, 1),
                 stop: AtomicBool::new(false),
             },
         }
@@ -83,7 +83,7 @@ where
             let f = unsafe { &(*Task::payload_ptr::<DispatchPayload<F>>(task)).f }.get();
             return Outcome::Done(guarded(|| f.run(p.size, 0, total)));
         }
-        p.tiles = TileCounter::new(total, (total / (shards * 16)).clamp(1, 1024));
+        p.tiles = TileCounter::new(total, 1024, shards * 2);
         // From here on the grid is shared with the shards: shared
         // references only.
         // SAFETY: the payload is a `DispatchPayload<F>`, alive while this
