@@ -206,6 +206,20 @@ impl<P: Deref<Target = BlockPool>, const N: usize> BlockSource for BlockCache<P,
     }
 }
 
+/// The pool itself, with no stash (one CAS per acquire and per release).
+impl BlockSource for &BlockPool {
+    #[inline]
+    fn acquire(&mut self) -> Result<RawBlock, Error> {
+        self.acquire_raw()
+    }
+
+    #[inline]
+    unsafe fn release(&mut self, block: RawBlock) {
+        // SAFETY: forwarded contract.
+        unsafe { self.release_raw(block) }
+    }
+}
+
 impl<P: Deref<Target = BlockPool>, const N: usize> Drop for BlockCache<P, N> {
     fn drop(&mut self) {
         self.flush();

@@ -6,7 +6,7 @@ use std::ptr::{addr_of_mut, NonNull};
 
 use crate::error::Error;
 use crate::list::{DoubleLink, DoubleLinks, Link, SingleLink, SingleLinks};
-use crate::pool::{BlockPool, RawBlock};
+use crate::pool::{BlockSource, RawBlock};
 use crate::semaphore::{AnyEvent, Semaphore, Timepoint};
 use crate::unwind::FirstPanic;
 
@@ -102,16 +102,17 @@ unsafe impl<P> DoubleLink for WaitingLink<P> {
 unsafe impl<P: Send> Send for QueueAction<P> {}
 
 impl<P> QueueAction<P> {
-    /// Builds an action in a fresh block of `pool`.
-    pub(crate) fn create(
-        pool: &BlockPool,
+    /// Builds an action in a fresh block from `pool` (the queue's pool, or
+    /// its issuer's cache of it).
+    pub(crate) fn create<C: BlockSource>(
+        pool: &mut C,
         waits: &[(&Semaphore, u64)],
         signals: &[(&Semaphore, u64)],
         payload: P,
         wake: crate::semaphore::TimepointFn,
         owner: *const (),
     ) -> Result<NonNull<QueueAction<P>>, Error> {
-        let block = pool.acquire_raw()?;
+        let block = pool.acquire()?;
         let action = block.as_ptr().cast::<QueueAction<P>>();
         let a = action.as_ptr();
         // SAFETY: the block is ours and sized/aligned for an action (the
@@ -219,8 +220,12 @@ impl<P> QueueAction<P> {
     /// nothing left to fail, and the blocks are returned all the same.
     ///
     /// # Safety
-    /// The caller owns the action; nothing will touch it again.
-    pub(crate) unsafe fn destroy(action: NonNull<QueueAction<P>>, pool: &BlockPool) {
+    /// The caller owns the action; nothing will touch it again; `pool`
+    /// gives blocks of the pool the action's came from.
+    pub(crate) unsafe fn destroy<C: BlockSource + ?Sized>(
+        action: NonNull<QueueAction<P>>,
+        pool: &mut C,
+    ) {
         // SAFETY: owned per contract.
         let a = unsafe { &mut *action.as_ptr() };
         let total = a.total();
@@ -239,23 +244,23 @@ impl<P> QueueAction<P> {
             // SAFETY: overflow blocks came from `pool`, released once.
             unsafe {
                 next = b.as_ref().next;
-                pool.release_raw(RawBlock::from_parts(b.cast(), b.as_ref().block));
+                pool.release(RawBlock::from_parts(b.cast(), b.as_ref().block));
             }
         }
         let block = a.block;
         // SAFETY: the action is the start of block `block` of `pool`.
-        unsafe { pool.release_raw(RawBlock::from_parts(action.cast(), block)) };
+        unsafe { pool.release(RawBlock::from_parts(action.cast(), block)) };
     }
 }
 
 /// An action being filled; frees what was written if filling fails.
-struct Built<'p, P> {
+struct Built<'p, P, C: BlockSource> {
     action: NonNull<QueueAction<P>>,
-    pool: &'p BlockPool,
+    pool: &'p mut C,
     written: usize,
 }
 
-impl<P> Built<'_, P> {
+impl<P, C: BlockSource> Built<'_, P, C> {
     /// Writes the next entry.
     fn write(&mut self, sem: &Semaphore, value: u64) -> Result<(), Error> {
         // SAFETY: entries are written in order, `written` is the next.
@@ -286,7 +291,7 @@ impl<P> Built<'_, P> {
             link = unsafe { &mut (*b.as_ptr()).next };
         }
         if link.is_none() {
-            let block = self.pool.acquire_raw()?;
+            let block = self.pool.acquire()?;
             let b = block.as_ptr().cast::<Overflow>();
             // SAFETY: a fresh block, large enough for an `Overflow` (the
             // pool's blocks are at least 512 bytes).
@@ -304,7 +309,7 @@ impl<P> Built<'_, P> {
     }
 }
 
-impl<P> Drop for Built<'_, P> {
+impl<P, C: BlockSource> Drop for Built<'_, P, C> {
     fn drop(&mut self) {
         // Creation failed part way: drop the entries written so far, the
         // payload, and return the blocks.
@@ -314,7 +319,7 @@ impl<P> Drop for Built<'_, P> {
         a.wait_count = (self.written.min(waits)) as u32;
         a.signal_count = self.written.saturating_sub(waits) as u32;
         // SAFETY: the counts now cover exactly the written entries.
-        unsafe { QueueAction::destroy(self.action, self.pool) };
+        unsafe { QueueAction::destroy(self.action, &mut *self.pool) };
     }
 }
 

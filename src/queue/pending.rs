@@ -12,7 +12,7 @@ use super::action::{QueueAction, SubmitLink, WaitingLink, DEVICE_WAITS};
 use super::backend::{Backend, Completion};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, TransferStack};
-use crate::pool::{BlockPool, BlockPoolConfig};
+use crate::pool::{BlockCache, BlockPool, BlockPoolConfig};
 use crate::semaphore::{Registration, Semaphore, Timepoint};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{liveness, UnsafeCell};
@@ -41,6 +41,11 @@ pub(crate) struct QueueState<B: Backend> {
     refs: CachePadded<AtomicUsize>,
     /// Only the issuer touches this (the drain protocol excludes others).
     issuer: UnsafeCell<IssuerState<B::Payload>>,
+    /// The issuer's stash of action blocks (the issuer only, borrowed for
+    /// one acquire or release at a time: a completion inside a pass gives
+    /// its block back here while the pass holds `issuer`): an action made
+    /// and finished under the issuer's turn costs no RMW on the pool.
+    issuer_blocks: UnsafeCell<BlockCache<PoolRef>>,
     /// Actions examined by passes (a cost counter for tests).
     examined: AtomicU64,
     /// Written by the issuer only (a load and a store, no RMW): new
@@ -81,6 +86,20 @@ pub struct QueueStats {
     pub in_flight: u64,
     /// Of those, actions waiting on a semaphore (not yet issued).
     pub pending: u64,
+}
+
+/// The queue's pool, reached from the issuer's cache beside it in the same
+/// state (which outlives the cache: the state's `Drop` flushes it first).
+struct PoolRef(NonNull<BlockPool>);
+
+impl std::ops::Deref for PoolRef {
+    type Target = BlockPool;
+
+    fn deref(&self) -> &BlockPool {
+        // SAFETY: points at the pool of the state that holds this cache,
+        // alive for as long as the cache (see `PoolRef`).
+        unsafe { self.0.as_ref() }
+    }
 }
 
 /// What only the issuer touches.
@@ -138,6 +157,8 @@ impl<B: Backend> PendingQueue<B> {
             issuer: UnsafeCell::new(IssuerState {
                 waiting: DList::new(),
             }),
+            // Pointed at the state's own pool once the state has its place.
+            issuer_blocks: UnsafeCell::new(BlockCache::new(PoolRef(NonNull::dangling()))),
             examined: AtomicU64::new(0),
             taken_in: AtomicU64::new(0),
             waiting_now: AtomicU64::new(0),
@@ -145,8 +166,13 @@ impl<B: Backend> PendingQueue<B> {
             this: NonNull::dangling(),
         });
         let this = NonNull::from(Box::leak(shared));
-        // SAFETY: just leaked, not shared yet.
-        unsafe { (*this.as_ptr()).this = this };
+        // SAFETY: just leaked, not shared yet. (The dangling cache it
+        // replaces is empty: dropping it touches no pool.)
+        unsafe {
+            (*this.as_ptr()).this = this;
+            let pool = NonNull::from(&(*this.as_ptr()).pool);
+            (*this.as_ptr()).issuer_blocks = UnsafeCell::new(BlockCache::new(PoolRef(pool)));
+        }
         liveness::born(this.as_ptr());
         Ok(PendingQueue { shared: this })
     }
@@ -187,19 +213,43 @@ impl<B: Backend> PendingQueue<B> {
         // The state's own pointer (its allocation's provenance): the last
         // reference may be released, and the state freed, through it.
         let owner = shared.this.as_ptr().cast_const().cast::<()>();
-        let action = QueueAction::create(
-            &shared.pool,
-            waits,
-            signals,
-            payload,
-            queue_wake::<B>,
-            owner,
-        )?;
-        shared.refs.fetch_add(1, Ordering::Relaxed);
-        let id = action.as_ptr() as u64;
-        trace::flow_out(id);
         // The handle (borrowed for this call) keeps the state alive.
-        if !shared.issue_direct(action) {
+        let id;
+        if shared.take_turn() {
+            // The issuer now: the action's block comes from the issuer's
+            // stash, and the action is handled at once, without the round
+            // trip through the submit stack (its push and the pass's
+            // `take_all`).
+            let made = {
+                // SAFETY: the turn is ours: only the issuer borrows the
+                // stash, and this borrow ends with the creation.
+                let blocks = unsafe { shared.issuer_blocks() };
+                QueueAction::create(blocks, waits, signals, payload, queue_wake::<B>, owner)
+            };
+            let action = match made {
+                Ok(action) => action,
+                Err(e) => {
+                    // Give the turn back (serving requests made meanwhile).
+                    shared.drain(1, None);
+                    return Err(e);
+                }
+            };
+            shared.refs.fetch_add(1, Ordering::Relaxed);
+            id = action.as_ptr() as u64;
+            trace::flow_out(id);
+            shared.drain(1, Some(action));
+        } else {
+            let action = QueueAction::create(
+                &mut &shared.pool,
+                waits,
+                signals,
+                payload,
+                queue_wake::<B>,
+                owner,
+            )?;
+            shared.refs.fetch_add(1, Ordering::Relaxed);
+            id = action.as_ptr() as u64;
+            trace::flow_out(id);
             // SAFETY: a new action, in no list, handed to the submit stack;
             // it stays allocated until it is finished.
             shared.incoming.push(unsafe { Handle::from_raw(action) });
@@ -286,27 +336,44 @@ impl<B: Backend> Drop for PendingQueue<B> {
 #[cfg(not(fenceline_loom))]
 std::thread_local! {
     static PASS_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// The queue state whose issue pass this thread runs now (innermost).
+    static ISSUING: std::cell::Cell<*const ()> = const { std::cell::Cell::new(std::ptr::null()) };
 }
 #[cfg(fenceline_loom)]
 loom::thread_local! {
     static PASS_DEPTH: std::cell::Cell<u32> = std::cell::Cell::new(0);
+    static ISSUING: std::cell::Cell<*const ()> = std::cell::Cell::new(std::ptr::null());
 }
 
-/// Marks the calling thread as running an issue pass (nested passes of
-/// other queues included) until dropped, even when unwinding.
-struct PassDepth;
+/// Marks the calling thread as running an issue pass of the queue `queue`
+/// (nested passes of other queues included) until dropped, even when
+/// unwinding.
+struct PassDepth {
+    outer: *const (),
+}
 
 impl PassDepth {
-    fn enter() -> PassDepth {
+    fn enter(queue: *const ()) -> PassDepth {
         PASS_DEPTH.with(|d| d.set(d.get() + 1));
-        PassDepth
+        PassDepth {
+            outer: ISSUING.with(|q| q.replace(queue)),
+        }
     }
 }
 
 impl Drop for PassDepth {
     fn drop(&mut self) {
+        ISSUING.with(|q| q.set(self.outer));
         PASS_DEPTH.with(|d| d.set(d.get() - 1));
     }
+}
+
+/// Whether the calling thread runs `queue`'s issue pass right now (so it
+/// holds that queue's turn: the pass is inside `drain`, which runs only
+/// under the turn, and a nested pass of another queue is a different
+/// value until it returns).
+fn issuing(queue: *const ()) -> bool {
+    ISSUING.with(|q| q.get() == queue)
 }
 
 /// Whether the calling thread is inside some queue's issue pass: a device
@@ -445,36 +512,42 @@ impl<B: Backend> QueueState<B> {
     }
 
     /// A submission's shortcut: when no pass is running and this thread
-    /// may issue, take the issuer's turn (0 to 1) and handle `action` at
-    /// once, without the round trip through the submit stack (its push
-    /// and the pass's `take_all`), then drain as usual. `false`: the turn
-    /// is taken (or issuing here is not allowed); the caller pushes the
-    /// action and requests an issue instead. New actions have no order
-    /// among themselves (a queue orders only through semaphores), so
-    /// handling this one before older ones still on the stack is allowed.
-    fn issue_direct(&self, action: NonNull<Action<B>>) -> bool {
+    /// may issue, take the issuer's turn (0 to 1); the submitter then makes
+    /// its action from the issuer's stash and hands it to `drain` as its
+    /// first, without the round trip through the submit stack (its push
+    /// and the pass's `take_all`). `false`: the turn is taken (or issuing
+    /// here is not allowed); the caller pushes the action and requests an
+    /// issue instead. New actions have no order among themselves (a queue
+    /// orders only through semaphores), so handling this one before older
+    /// ones still on the stack is allowed.
+    fn take_turn(&self) -> bool {
         if !self.backend.can_issue_inline() || self.requests.load(Ordering::Relaxed) != 0 {
             return false;
         }
         // AcqRel: acquire the previous issuer's release of the turn (its
         // writes to the issuer state); release is for symmetry with
         // `issue`'s bump.
-        if self
-            .requests
+        self.requests
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            return false;
-        }
-        self.drain(1, Some(action));
-        true
+            .is_ok()
+    }
+
+    /// The issuer's block stash, for one acquire or release.
+    ///
+    /// # Safety
+    /// The caller is the issuer (holds the turn, or runs inside its pass
+    /// on its thread: `issuing`), and no other borrow of the stash is live.
+    #[allow(clippy::mut_from_ref)] // exclusive by the protocol, not by borrow
+    unsafe fn issuer_blocks(&self) -> &mut BlockCache<PoolRef> {
+        // SAFETY: forwarded contract.
+        self.issuer_blocks.with_mut(|p| unsafe { &mut *p })
     }
 
     /// Runs passes as the issuer until the turn is given back with no
     /// request left; `first`, a new action, is handled before the first
     /// pass.
     fn drain(&self, mut seen: usize, mut first: Option<NonNull<Action<B>>>) {
-        let _pass = PassDepth::enter();
+        let _pass = PassDepth::enter(self.this.as_ptr().cast_const().cast());
         let mut panicked = FirstPanic::default();
         loop {
             // SAFETY: the counter went from 0 to 1 under us: we are the only
@@ -745,8 +818,17 @@ impl<B: Backend> QueueState<B> {
             u64::from(result.is_err()),
         );
         // SAFETY: owned and done; its blocks go back to our pool (a panic
-        // dropping the payload is contained inside).
-        unsafe { QueueAction::destroy(action, &shared.pool) };
+        // dropping the payload is contained inside): through the issuer's
+        // stash when this thread runs our pass (a backend completing inside
+        // `issue`, a cancel or failure in a pass), the only borrow of it
+        // now.
+        unsafe {
+            if issuing(this.as_ptr().cast_const().cast()) {
+                QueueAction::destroy(action, shared.issuer_blocks());
+            } else {
+                QueueAction::destroy(action, &mut &shared.pool);
+            }
+        }
         // SAFETY: the action's reference, given up once.
         unsafe { QueueState::release(this) };
         panicked.resume();
@@ -755,6 +837,11 @@ impl<B: Backend> QueueState<B> {
 
 impl<B: Backend> Drop for QueueState<B> {
     fn drop(&mut self) {
+        // The issuer's stash goes back before the pool it points at drops.
+        self.issuer_blocks.with_mut(|c| {
+            // SAFETY: `&mut self`: nothing else borrows the stash.
+            unsafe { (*c).flush() }
+        });
         // The last reference: every action finished. Anything still on a
         // stack would be a bug; cancel it rather than leak it.
         let stray = self.incoming.take_all();
