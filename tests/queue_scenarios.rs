@@ -330,3 +330,69 @@ fn completion_stack_hands_over_in_order_and_a_dropped_one_fails_its_actions() {
     assert_eq!(c.query().unwrap_err().kind(), ErrorKind::Internal);
     assert_eq!(q.in_flight(), 0);
 }
+
+/// Completes even-numbered actions inside `issue`, holds odd ones for
+/// another thread.
+struct Alternating {
+    held: Mutex<Vec<Completion<Alternating>>>,
+}
+
+impl Backend for Alternating {
+    type Payload = u64;
+    fn issue(&self, work: Completion<Self>) {
+        if *work.payload() % 2 == 0 {
+            work.complete(Ok(()));
+        } else {
+            self.held.lock().unwrap().push(work);
+        }
+    }
+}
+
+/// A submission made with the caller's semaphore handles (no references
+/// taken: the last one finished inside its `submit`) that then escapes to
+/// another thread must take references before `submit` returns: here the
+/// submitter drops its only handle to each action's own semaphore at once,
+/// and a completer thread signals it later through the action. Every
+/// action finishes and signals (its witness, which the test keeps).
+/// (Run under Miri too, where a missing reference is a use-after-free.)
+#[test]
+fn actions_made_with_the_callers_handles_that_escape_keep_their_semaphores() {
+    let q = Arc::new(
+        PendingQueue::new(Alternating {
+            held: Mutex::new(Vec::new()),
+        })
+        .unwrap(),
+    );
+    const N: u64 = if cfg!(miri) { 8 } else { 400 };
+    let completer = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            let mut done = 0;
+            while done < N / 2 {
+                let held: Vec<_> = std::mem::take(&mut *q.backend().held.lock().unwrap());
+                done += held.len() as u64;
+                for work in held {
+                    work.complete(Ok(()));
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+    let mut witnesses = Vec::new();
+    for i in 0..N {
+        let (mine, witness) = (Semaphore::new(0), Semaphore::new(0));
+        q.submit(&[], &[(&mine, 1), (&witness, 1)], i).unwrap();
+        if i % 2 == 0 {
+            assert_eq!(mine.query().unwrap(), 1, "completed inside submit");
+        }
+        witnesses.push(witness);
+        // `mine` goes here: a held action signals it through its own
+        // reference.
+    }
+    completer.join().unwrap();
+    for (i, w) in witnesses.iter().enumerate() {
+        assert_eq!(w.query().unwrap(), 1, "action {i} signalled");
+    }
+    let stats = q.stats();
+    assert_eq!((stats.completed, stats.in_flight), (N, 0));
+}

@@ -91,3 +91,43 @@ fn shutdown_racing_a_submit_completes_or_cancels_exactly_once() {
         }
     });
 }
+
+// A submission that takes the issuer's turn makes its action lent (the
+// caller's semaphore handles, no references taken) while its last direct
+// action finished inside `submit` (the first one is lent). This one escapes
+// (the backend holds it) and a completer on another thread finishes it
+// while the submitter settles it: kept with references of its own, or
+// freed by the submitter if the completer got there first. The submitter
+// drops its only handle to `mine` as soon as `submit` returns, so the
+// completer's signal of it relies on the action's own reference. Mutations
+// checked: `settle` without `keep_entries` and the queue reference (the
+// entries are dropped without having been counted: loom's `Arc` tracking
+// panics); `finish` freeing a `LENT` action finished on another thread
+// instead of leaving it to its submitter (both free it: the process aborts
+// on the heap corruption).
+#[test]
+fn a_lent_action_finished_elsewhere_is_kept_or_freed_exactly_once() {
+    loom::model(|| {
+        let q = queue();
+        let out = Semaphore::new(0);
+        let seen = Semaphore::new(0);
+        let submitter = {
+            let (q, out, seen) = (q.clone(), out.clone(), seen.clone());
+            thread::spawn(move || {
+                let mine = Semaphore::new(0);
+                q.submit(&[], &[(&out, 1), (&mine, 1)], 1).unwrap();
+                // Tell the test whether `mine` was signalled by the time
+                // `submit` returned, then let it go.
+                seen.signal(1 + mine.query().unwrap()).unwrap();
+            })
+        };
+        while q.backend().complete_next(Ok(())).is_none() {
+            thread::yield_now();
+        }
+        submitter.join().unwrap();
+        assert_eq!(out.query().unwrap(), 1, "signalled once");
+        assert!(seen.query().unwrap() >= 1);
+        assert_eq!(q.in_flight(), 0, "the action is gone");
+        assert_eq!(q.stats().completed, 1);
+    });
+}

@@ -172,6 +172,24 @@ impl<P: Deref<Target = BlockPool>, const N: usize> BlockCache<P, N> {
         unsafe { self.pool.release_raw_all(blocks) };
     }
 
+    /// Returns every stashed block to `pool`, the cache's own pool reached
+    /// another way (for an owner whose cache points into itself, dropping
+    /// it: the cache's pointer may not be used then).
+    ///
+    /// # Safety
+    /// `pool` is this cache's pool.
+    pub(crate) unsafe fn flush_to(&mut self, pool: &BlockPool) {
+        let count = std::mem::take(&mut self.len);
+        let blocks = self.blocks[..count].iter().map(|slot| {
+            // SAFETY: slots below the old `len` held blocks; `len` is 0 now,
+            // so each is moved out exactly once.
+            unsafe { slot.assume_init_read() }
+        });
+        // SAFETY: stashed blocks belong to this pool, which is `pool` per
+        // contract, and are released once.
+        unsafe { pool.release_raw_all(blocks) };
+    }
+
     /// Returns every stashed block to the pool (one CAS).
     pub fn flush(&mut self) {
         if self.len > 0 {

@@ -8,6 +8,7 @@ use crate::error::Error;
 use crate::list::{DoubleLink, DoubleLinks, Link, SingleLink, SingleLinks};
 use crate::pool::{BlockSource, RawBlock};
 use crate::semaphore::{AnyEvent, Semaphore, Timepoint};
+use crate::sync::atomic::AtomicU32;
 use crate::unwind::FirstPanic;
 
 /// Waits and signals stored in the action itself (waits first, then
@@ -18,6 +19,22 @@ pub(crate) const DEVICE_WAITS: usize = 4;
 
 /// A semaphore and a value.
 pub(crate) type Entry = (Semaphore, u64);
+
+/// `QueueAction::lent`: the action holds a reference to each of its
+/// semaphores and to its queue (every action not lent).
+pub(crate) const OWNED: u32 = 0;
+/// Made by a submitter holding the issuer's turn, from the caller's
+/// references, without taking any (bitwise copies of the caller's
+/// semaphore handles): valid while the submitter is inside `submit`. An
+/// action that finishes there is freed with nothing to give back; one that
+/// escapes (issued to a backend that completes it later, or waiting) is
+/// `KEPT` before `submit` returns.
+pub(crate) const LENT: u32 = 1;
+/// Lent, then given its own references by its submitter.
+pub(crate) const KEPT: u32 = 2;
+/// Lent, and finished on another thread before its submitter kept it: the
+/// submitter frees it.
+pub(crate) const DONE: u32 = 3;
 
 /// Entries past the inline ones, in a chain of pool blocks.
 #[repr(C)]
@@ -49,6 +66,8 @@ pub(crate) struct QueueAction<P> {
     pub(crate) cursor: u32,
     pub(crate) armed: bool,
     pub(crate) device_wait_count: u8,
+    /// `OWNED`, or the state of a lent action (`LENT`, `KEPT`, `DONE`).
+    pub(crate) lent: AtomicU32,
     overflow: Option<NonNull<Overflow>>,
     pub(crate) payload: MaybeUninit<P>,
     entries: [MaybeUninit<Entry>; INLINE],
@@ -103,14 +122,20 @@ unsafe impl<P: Send> Send for QueueAction<P> {}
 
 impl<P> QueueAction<P> {
     /// Builds an action in a fresh block from `pool` (the queue's pool, or
-    /// its issuer's cache of it).
-    pub(crate) fn create<C: BlockSource>(
+    /// its issuer's cache of it). `lent`: its entries borrow the caller's
+    /// semaphore handles (`LENT`) instead of cloning them.
+    ///
+    /// # Safety
+    /// If `lent`, the caller's semaphores outlive the action, or the
+    /// action is kept (`keep`) before they may go.
+    pub(crate) unsafe fn create<C: BlockSource>(
         pool: &mut C,
         waits: &[(&Semaphore, u64)],
         signals: &[(&Semaphore, u64)],
         payload: P,
         wake: crate::semaphore::TimepointFn,
         owner: *const (),
+        lent: bool,
     ) -> Result<NonNull<QueueAction<P>>, Error> {
         let block = pool.acquire()?;
         let action = block.as_ptr().cast::<QueueAction<P>>();
@@ -129,6 +154,7 @@ impl<P> QueueAction<P> {
             addr_of_mut!((*a).cursor).write(0);
             addr_of_mut!((*a).armed).write(false);
             addr_of_mut!((*a).device_wait_count).write(0);
+            addr_of_mut!((*a).lent).write(AtomicU32::new(if lent { LENT } else { OWNED }));
             addr_of_mut!((*a).device_waits).write(Default::default());
             addr_of_mut!((*a).overflow).write(None);
             addr_of_mut!((*a).payload).write(MaybeUninit::new(payload));
@@ -137,6 +163,7 @@ impl<P> QueueAction<P> {
             action,
             pool,
             written: 0,
+            lent,
         };
         // A wait already reached is met for good (a timeline only goes
         // up): it is not stored, so the action neither retains its
@@ -212,6 +239,22 @@ impl<P> QueueAction<P> {
         self.entry(self.wait_count as usize + i)
     }
 
+    /// Gives a lent action references of its own: a clone of each entry's
+    /// semaphore handle (the entries stay the same bitwise copies, now
+    /// counted). The caller then publishes `KEPT`.
+    ///
+    /// # Safety
+    /// The action is `LENT` and its submitter, the caller, is still inside
+    /// `submit` (the caller's handles keep the semaphores alive).
+    pub(crate) unsafe fn keep_entries(action: NonNull<QueueAction<P>>) {
+        // SAFETY: entries are written at creation and never changed; other
+        // threads (a backend reading the signals) only read them too.
+        let a = unsafe { action.as_ref() };
+        for i in 0..a.total() {
+            std::mem::forget(a.entry(i).0.clone());
+        }
+    }
+
     /// Drops the entries, events and payload and returns every block.
     ///
     /// A panic dropping the payload (user captures: a host call that never
@@ -219,19 +262,25 @@ impl<P> QueueAction<P> {
     /// action's outcome is already decided and published, so there is
     /// nothing left to fail, and the blocks are returned all the same.
     ///
+    /// `owned`: the entries hold references (not a lent action that was
+    /// never kept), dropped here; a lent action's copies are left alone.
+    ///
     /// # Safety
     /// The caller owns the action; nothing will touch it again; `pool`
     /// gives blocks of the pool the action's came from.
     pub(crate) unsafe fn destroy<C: BlockSource + ?Sized>(
         action: NonNull<QueueAction<P>>,
         pool: &mut C,
+        owned: bool,
     ) {
         // SAFETY: owned per contract.
         let a = unsafe { &mut *action.as_ptr() };
         let total = a.total();
-        for i in 0..total {
-            // SAFETY: written at creation, dropped once here.
-            unsafe { a.entry_mut(i).assume_init_drop() };
+        if owned {
+            for i in 0..total {
+                // SAFETY: written at creation, dropped once here.
+                unsafe { a.entry_mut(i).assume_init_drop() };
+            }
         }
         if a.device_wait_count > 0 {
             a.device_waits = Default::default();
@@ -258,14 +307,25 @@ struct Built<'p, P, C: BlockSource> {
     action: NonNull<QueueAction<P>>,
     pool: &'p mut C,
     written: usize,
+    /// Entries are bitwise copies of the caller's handles (`LENT`).
+    lent: bool,
 }
 
 impl<P, C: BlockSource> Built<'_, P, C> {
     /// Writes the next entry.
     fn write(&mut self, sem: &Semaphore, value: u64) -> Result<(), Error> {
+        let lent = self.lent;
         // SAFETY: entries are written in order, `written` is the next.
         let slot = unsafe { self.slot_for_write(self.written) }?;
-        slot.write((sem.clone(), value));
+        let sem = if lent {
+            // SAFETY: a copy of the caller's handle, never dropped unless
+            // `keep_entries` counted it (`create`'s contract keeps the
+            // semaphore alive meanwhile).
+            unsafe { std::ptr::read(sem) }
+        } else {
+            sem.clone()
+        };
+        slot.write((sem, value));
         self.written += 1;
         Ok(())
     }
@@ -319,7 +379,7 @@ impl<P, C: BlockSource> Drop for Built<'_, P, C> {
         a.wait_count = (self.written.min(waits)) as u32;
         a.signal_count = self.written.saturating_sub(waits) as u32;
         // SAFETY: the counts now cover exactly the written entries.
-        unsafe { QueueAction::destroy(self.action, &mut *self.pool) };
+        unsafe { QueueAction::destroy(self.action, &mut *self.pool, !self.lent) };
     }
 }
 

@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
-use super::action::{QueueAction, SubmitLink, WaitingLink, DEVICE_WAITS};
+use super::action::{QueueAction, SubmitLink, WaitingLink, DEVICE_WAITS, DONE, KEPT, LENT, OWNED};
 use super::backend::{Backend, Completion};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, TransferStack};
@@ -55,6 +55,10 @@ pub(crate) struct QueueState<B: Backend> {
     /// Finished actions by outcome, counted (one RMW) before their signals
     /// are made, so a thread that sees a signal sees the count.
     finished: CachePadded<Finished>,
+    /// The same, for actions finished inside a pass of this queue (a
+    /// backend completing in `issue`, a cancel, a failure): written by the
+    /// issuer only, with a load and a store.
+    finished_in_pass: Finished,
     /// This state's own address, with the provenance of its allocation:
     /// what references are released (and the state freed) through.
     this: NonNull<QueueState<B>>,
@@ -107,6 +111,11 @@ struct IssuerState<P> {
     /// Actions waiting on a semaphore (each armed on a timepoint): looked
     /// at again only when that timepoint fires, or at shutdown.
     waiting: DList<WaitingLink<P>>,
+    /// Whether the next direct submission is made lent (`LENT`): the last
+    /// one finished inside its `submit` (a backend that completes in
+    /// `issue`). One that escaped turns it off, so a backend that always
+    /// completes later pays nothing for the guess after its first action.
+    lend: bool,
 }
 
 // SAFETY: actions move between threads with their ownership; the issuer
@@ -156,6 +165,7 @@ impl<B: Backend> PendingQueue<B> {
             refs: CachePadded::new(AtomicUsize::new(1)),
             issuer: UnsafeCell::new(IssuerState {
                 waiting: DList::new(),
+                lend: true,
             }),
             // Pointed at the state's own pool once the state has its place.
             issuer_blocks: UnsafeCell::new(BlockCache::new(PoolRef(NonNull::dangling()))),
@@ -163,6 +173,7 @@ impl<B: Backend> PendingQueue<B> {
             taken_in: AtomicU64::new(0),
             waiting_now: AtomicU64::new(0),
             finished: CachePadded::new(Finished::default()),
+            finished_in_pass: Finished::default(),
             this: NonNull::dangling(),
         });
         let this = NonNull::from(Box::leak(shared));
@@ -220,11 +231,24 @@ impl<B: Backend> PendingQueue<B> {
             // stash, and the action is handled at once, without the round
             // trip through the submit stack (its push and the pass's
             // `take_all`).
-            let made = {
-                // SAFETY: the turn is ours: only the issuer borrows the
-                // stash, and this borrow ends with the creation.
-                let blocks = unsafe { shared.issuer_blocks() };
-                QueueAction::create(blocks, waits, signals, payload, queue_wake::<B>, owner)
+            // SAFETY: the turn is ours: only the issuer touches its state;
+            // this borrow ends here.
+            let lend = unsafe { shared.issuer_state() }.lend;
+            // SAFETY: as above for the stash, borrowed for the creation
+            // only. A lent action borrows the caller's semaphores, which
+            // outlive this call, and `drain` keeps it (`settle`) before
+            // returning if it did not finish inside.
+            let made = unsafe {
+                let blocks = shared.issuer_blocks();
+                QueueAction::create(
+                    blocks,
+                    waits,
+                    signals,
+                    payload,
+                    queue_wake::<B>,
+                    owner,
+                    lend,
+                )
             };
             let action = match made {
                 Ok(action) => action,
@@ -234,19 +258,25 @@ impl<B: Backend> PendingQueue<B> {
                     return Err(e);
                 }
             };
-            shared.refs.fetch_add(1, Ordering::Relaxed);
+            if !lend {
+                shared.refs.fetch_add(1, Ordering::Relaxed);
+            }
             id = action.as_ptr() as u64;
             trace::flow_out(id);
-            shared.drain(1, Some(action));
+            shared.drain(1, Some((action, lend)));
         } else {
-            let action = QueueAction::create(
-                &mut &shared.pool,
-                waits,
-                signals,
-                payload,
-                queue_wake::<B>,
-                owner,
-            )?;
+            // SAFETY: not lent.
+            let action = unsafe {
+                QueueAction::create(
+                    &mut &shared.pool,
+                    waits,
+                    signals,
+                    payload,
+                    queue_wake::<B>,
+                    owner,
+                    false,
+                )
+            }?;
             shared.refs.fetch_add(1, Ordering::Relaxed);
             id = action.as_ptr() as u64;
             trace::flow_out(id);
@@ -295,9 +325,13 @@ impl<B: Backend> PendingQueue<B> {
         let shared = self.shared();
         // Finished first, then taken in: every finished action was taken
         // in before, so `in_flight` never underflows.
-        let completed = shared.finished.completed.load(Ordering::Acquire);
-        let failed = shared.finished.failed.load(Ordering::Acquire);
-        let cancelled = shared.finished.cancelled.load(Ordering::Acquire);
+        let count = |f: fn(&Finished) -> &AtomicU64| {
+            f(&shared.finished).load(Ordering::Acquire)
+                + f(&shared.finished_in_pass).load(Ordering::Acquire)
+        };
+        let completed = count(|f| &f.completed);
+        let failed = count(|f| &f.failed);
+        let cancelled = count(|f| &f.cancelled);
         let submitted = shared.taken_in.load(Ordering::Acquire);
         QueueStats {
             submitted,
@@ -338,11 +372,15 @@ std::thread_local! {
     static PASS_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// The queue state whose issue pass this thread runs now (innermost).
     static ISSUING: std::cell::Cell<*const ()> = const { std::cell::Cell::new(std::ptr::null()) };
+    /// The action this thread's `submit` is handling first in its own
+    /// pass (innermost), until a finish here clears it.
+    static DIRECT: std::cell::Cell<*const ()> = const { std::cell::Cell::new(std::ptr::null()) };
 }
 #[cfg(fenceline_loom)]
 loom::thread_local! {
     static PASS_DEPTH: std::cell::Cell<u32> = std::cell::Cell::new(0);
     static ISSUING: std::cell::Cell<*const ()> = std::cell::Cell::new(std::ptr::null());
+    static DIRECT: std::cell::Cell<*const ()> = std::cell::Cell::new(std::ptr::null());
 }
 
 /// Marks the calling thread as running an issue pass of the queue `queue`
@@ -532,6 +570,53 @@ impl<B: Backend> QueueState<B> {
             .is_ok()
     }
 
+    /// After a direct submission's first handling: learns whether it
+    /// finished inside (the next one is made lent) or escaped; a lent one
+    /// that escaped gets references of its own now (`KEPT`), before its
+    /// submitter returns and its caller's handles may go, unless a finish
+    /// on another thread got there first (`DONE`): then it is freed here.
+    ///
+    /// # Safety
+    /// The caller is the issuer, inside the `submit` that made `action`
+    /// (`lent`: made `LENT`); `escaped`: it did not finish on this thread.
+    unsafe fn settle(
+        &self,
+        issuer: &mut IssuerState<B::Payload>,
+        action: NonNull<Action<B>>,
+        lent: bool,
+        escaped: bool,
+    ) {
+        issuer.lend = !escaped;
+        if !(escaped && lent) {
+            // Finished and freed here, or owned (then it may be finished
+            // and freed on another thread by now: not touched).
+            return;
+        }
+        // SAFETY: a lent action is freed by its submitter unless it was
+        // kept first, so it is alive until below.
+        let a = unsafe { action.as_ref() };
+        if a.lent.load(Ordering::Acquire) == DONE {
+            // Finished elsewhere (its signals made, counted) with our
+            // handles: nothing was taken, nothing to give back.
+            // SAFETY: ours now; the issuer's stash, this thread's alone.
+            unsafe { QueueAction::destroy(action, self.issuer_blocks(), false) };
+            return;
+        }
+        // SAFETY: `LENT`, and we are inside its `submit`.
+        unsafe { QueueAction::keep_entries(action) };
+        self.refs.fetch_add(1, Ordering::Relaxed);
+        // Release: a finisher that reads `KEPT` sees the references.
+        if a.lent.swap(KEPT, Ordering::AcqRel) == DONE {
+            // Finished meanwhile: free it with the references just taken.
+            // SAFETY: as above; the caller's handle keeps the state alive
+            // past the release.
+            unsafe {
+                QueueAction::destroy(action, self.issuer_blocks(), true);
+                QueueState::release(self.this);
+            }
+        }
+    }
+
     /// The issuer's block stash, for one acquire or release.
     ///
     /// # Safety
@@ -546,17 +631,24 @@ impl<B: Backend> QueueState<B> {
     /// Runs passes as the issuer until the turn is given back with no
     /// request left; `first`, a new action, is handled before the first
     /// pass.
-    fn drain(&self, mut seen: usize, mut first: Option<NonNull<Action<B>>>) {
+    fn drain(&self, mut seen: usize, mut first: Option<(NonNull<Action<B>>, bool)>) {
         let _pass = PassDepth::enter(self.this.as_ptr().cast_const().cast());
         let mut panicked = FirstPanic::default();
         loop {
             // SAFETY: the counter went from 0 to 1 under us: we are the only
             // issuer until we swing it back to 0.
             let issuer = unsafe { self.issuer_state() };
-            if let Some(action) = first.take() {
+            if let Some((action, lent)) = first.take() {
                 let closed = self.closed.load(Ordering::Acquire);
                 Self::add(&self.taken_in, 1);
+                let id = action.as_ptr().cast_const().cast::<()>();
+                let outer = DIRECT.with(|d| d.replace(id));
                 panicked.run(|| self.handle(issuer, action, closed));
+                // A finish on this thread meanwhile cleared it.
+                let escaped = DIRECT.with(|d| d.replace(outer)) == id;
+                // SAFETY: the submitter's action, handled just above; the
+                // caller (its `submit`) is still inside.
+                unsafe { self.settle(issuer, action, lent, escaped) };
                 self.add_examined(1);
             } else {
                 panicked.run(|| self.pass(issuer));
@@ -774,21 +866,37 @@ impl<B: Backend> QueueState<B> {
         reached_ok: bool,
     ) {
         // SAFETY: the action's reference keeps the state alive until the
-        // release below; this borrow is not used after it.
+        // release below (a lent action's submitter, inside `submit`, does);
+        // this borrow is not used after it.
         let shared = unsafe { this.as_ref() };
         // SAFETY: the caller owns the finished action.
         let a = unsafe { &*action.as_ptr() };
+        // Finished inside its own direct submission, on this thread: its
+        // submitter (and the caller's handles) outlive this call.
+        let id = action.as_ptr().cast_const().cast::<()>();
+        let inline = DIRECT.with(|d| d.get() == id && d.replace(std::ptr::null()) == id);
         // Signals fire timepoints, whose callbacks may panic: every signal
         // is still made, the action still freed and its reference given
         // up; then the first panic goes on unwinding.
         // Counted before any signal: whoever sees a signal of this action
         // sees it finished (the signal's release publishes the count).
-        let counter = match &result {
-            Ok(()) => &shared.finished.completed,
-            Err(e) if e.kind() == ErrorKind::Cancelled => &shared.finished.cancelled,
-            Err(_) => &shared.finished.failed,
+        // Inside our own pass: the issuer's counts (no RMW).
+        let in_pass = issuing(this.as_ptr().cast_const().cast());
+        let counts = if in_pass {
+            &shared.finished_in_pass
+        } else {
+            &*shared.finished
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        let counter = match &result {
+            Ok(()) => &counts.completed,
+            Err(e) if e.kind() == ErrorKind::Cancelled => &counts.cancelled,
+            Err(_) => &counts.failed,
+        };
+        if in_pass {
+            Self::add(counter, 1);
+        } else {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
         let t = trace::now();
         let mut panicked = FirstPanic::default();
         for i in 0..a.signal_count as usize {
@@ -817,30 +925,52 @@ impl<B: Backend> QueueState<B> {
             this.as_ptr() as u64,
             u64::from(result.is_err()),
         );
+        // A lent action holds no references: finished inline it has none to
+        // give back; finished elsewhere, its submitter either kept it
+        // (`KEPT`: freed here as owned) or will free it (`LENT`: left).
+        let owned = match a.lent.load(Ordering::Acquire) {
+            OWNED => true,
+            LENT if inline => false,
+            _ => {
+                // Acquire: a `KEPT` action's references; release: our
+                // signals, before a submitter that frees it.
+                if a.lent.swap(DONE, Ordering::AcqRel) == LENT {
+                    panicked.resume();
+                    return;
+                }
+                true
+            }
+        };
         // SAFETY: owned and done; its blocks go back to our pool (a panic
         // dropping the payload is contained inside): through the issuer's
         // stash when this thread runs our pass (a backend completing inside
         // `issue`, a cancel or failure in a pass), the only borrow of it
         // now.
         unsafe {
-            if issuing(this.as_ptr().cast_const().cast()) {
-                QueueAction::destroy(action, shared.issuer_blocks());
+            if in_pass {
+                QueueAction::destroy(action, shared.issuer_blocks(), owned);
             } else {
-                QueueAction::destroy(action, &mut &shared.pool);
+                QueueAction::destroy(action, &mut &shared.pool, owned);
             }
         }
-        // SAFETY: the action's reference, given up once.
-        unsafe { QueueState::release(this) };
+        if owned {
+            // SAFETY: the action's reference, given up once.
+            unsafe { QueueState::release(this) };
+        }
         panicked.resume();
     }
 }
 
 impl<B: Backend> Drop for QueueState<B> {
     fn drop(&mut self) {
-        // The issuer's stash goes back before the pool it points at drops.
+        // The issuer's stash goes back before the pool drops, through this
+        // `&mut self` (not the stash's own pointer into it, which this
+        // exclusive borrow forbids writing through now).
+        let pool = &self.pool;
         self.issuer_blocks.with_mut(|c| {
-            // SAFETY: `&mut self`: nothing else borrows the stash.
-            unsafe { (*c).flush() }
+            // SAFETY: `&mut self`: nothing else borrows the stash; its pool
+            // is this state's.
+            unsafe { (*c).flush_to(pool) }
         });
         // The last reference: every action finished. Anything still on a
         // stack would be a bug; cancel it rather than leak it.
