@@ -236,18 +236,21 @@ const HOP_TENTHS: u64 = 252;
 
 /// The pending queue alone: a submission with 1 wait already reached and
 /// 1 signal, on a backend that completes inside `issue` (the `submit`
-/// bench's single-thread group). 8 RMWs: the signal semaphore's reference
-/// (clone, drop), the action's queue reference (take, give back), the
-/// issuer's turn (take, give back), the completion's count (for
-/// `Device::stats`) and the signal. The action's block comes from the
-/// issuer's stash and goes back there (no RMW; one refill in sixteen
-/// would be one). Mutations checked: storing the reached wait gives 2
+/// bench's single-thread group). 3 RMWs: the issuer's turn (take, give
+/// back) and the signal. The action's block comes from the issuer's stash
+/// and goes back there (one refill in sixteen would be one more); the
+/// action is lent (the caller's semaphore handle, no queue reference: it
+/// finishes inside the call); its finish is counted by the issuer with a
+/// load and a store. Mutations checked: storing the reached wait gives 2
 /// more (its semaphore's reference); pushing the action through the
-/// submit stack instead of the direct issue gives 2 more (the push and the
-/// pass's `take_all`); a completion inside the pass giving its block to
-/// the pool instead of the issuer's stash gives 10 (the release, and the
-/// stash's refills).
-const QUEUE_INLINE: u64 = 8;
+/// submit stack instead of the direct issue gives 11 (the push, the
+/// pass's `take_all`, a block from the pool, and an owned action's
+/// references); a completion
+/// inside the pass giving its block to the pool instead of the issuer's
+/// stash gives 5 (the release, and the stash's refills); never lending
+/// (`lend` always false) gives 7 (the semaphore and queue references,
+/// each taken and given back); counting in the shared counters gives 4.
+const QUEUE_INLINE: u64 = 3;
 
 #[test]
 fn rmws_per_pending_queue_submission() {

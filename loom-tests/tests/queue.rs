@@ -3,7 +3,7 @@
 //! pass that parks an action, and shutdown racing a submit.
 //!
 //! A submission that finds no pass running takes the issuer's turn itself
-//! and handles its action directly (`issue_direct`). Mutation checked: that
+//! and handles its action directly (`take_turn`). Mutation checked: that
 //! turn taken with a plain store instead of a compare-exchange from 0 (two
 //! issuers at once) fails the first and third models (loom reports the
 //! issuer state's concurrent access).

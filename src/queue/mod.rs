@@ -7,6 +7,12 @@
 //!   and signal lists copied inline, 8 of each, more in chained pool
 //!   blocks; the payload; backend scratch), pushes it on a `TransferStack`
 //!   and requests an issue. No lock, no allocation (`PendingQueue::submit`).
+//!   A submitter that finds no pass running takes the issuer's turn and
+//!   handles its action at once (`take_turn`), its block from the issuer's
+//!   stash; while the queue's actions finish inside their own `submit`,
+//!   the action borrows the caller's semaphore handles and holds no queue
+//!   reference (`LENT`), and one that escapes gets its references before
+//!   `submit` returns (`QueueState::settle`, `KEPT`/`DONE`).
 //! - **Issue is a drain protocol**, not a lock (`PendingQueue::issue`): the
 //!   caller that raises the request counter from 0 becomes the issuer and
 //!   runs passes until it can swing the counter back to 0 from the value
