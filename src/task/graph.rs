@@ -515,6 +515,7 @@ unsafe fn chunk_sole_dependents(task: NonNull<Task>) {
             dt.unfinished.set(0);
             // The task `PREFETCH_AHEAD` places back (not the chunk's
             // first, whose fork link the chunk list takes) points here.
+            #[allow(clippy::modulo_one)] // `PREFETCH_AHEAD` is 1 under loom
             let slot = &mut recent[chunk.len() % PREFETCH_AHEAD];
             if let Some(back) = slot.take().filter(|_| chunk.len() > PREFETCH_AHEAD) {
                 // SAFETY: a task of this chunk, out of every fork list.
