@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
-use std::ptr::{addr_of_mut, NonNull};
+use std::ptr::{addr_of, addr_of_mut, NonNull};
 
 use crate::error::Error;
 use crate::list::{DoubleLink, DoubleLinks, Link, SingleLink, SingleLinks};
@@ -247,11 +247,57 @@ impl<P> QueueAction<P> {
     /// The action is `LENT` and its submitter, the caller, is still inside
     /// `submit` (the caller's handles keep the semaphores alive).
     pub(crate) unsafe fn keep_entries(action: NonNull<QueueAction<P>>) {
-        // SAFETY: entries are written at creation and never changed; other
-        // threads (a backend reading the signals) only read them too.
-        let a = unsafe { action.as_ref() };
-        for i in 0..a.total() {
-            std::mem::forget(a.entry(i).0.clone());
+        // No reference to the whole action: its backend may be writing its
+        // payload on another thread now. The counts and entries are
+        // written at creation and never changed; other threads (a backend
+        // reading the signals) only read them too.
+        let a = action.as_ptr();
+        // SAFETY: field reads of a live action (see above).
+        let total =
+            unsafe { addr_of!((*a).wait_count).read() + addr_of!((*a).signal_count).read() };
+        for i in 0..total as usize {
+            // SAFETY: entry `i < total` was written at creation.
+            let (sem, _) = unsafe { &*Self::entry_ptr(action, i) };
+            std::mem::forget(sem.clone());
+        }
+    }
+
+    /// The lent state (`OWNED`, `LENT`, `KEPT`, `DONE`), borrowed alone:
+    /// no reference to the rest of the action, which its backend may be
+    /// using on another thread.
+    ///
+    /// # Safety
+    /// The action is alive while the reference is.
+    pub(crate) unsafe fn lent_state<'a>(action: NonNull<QueueAction<P>>) -> &'a AtomicU32 {
+        // SAFETY: a field of a live action, per contract.
+        unsafe { &*addr_of!((*action.as_ptr()).lent) }
+    }
+
+    /// Entry `i`, reached through raw field projections (see
+    /// `keep_entries`).
+    ///
+    /// # Safety
+    /// The action is alive and entry `i` was written at creation.
+    unsafe fn entry_ptr(action: NonNull<QueueAction<P>>, i: usize) -> *const Entry {
+        let a = action.as_ptr();
+        if i < INLINE {
+            // SAFETY: in bounds of the inline array.
+            return unsafe { addr_of!((*a).entries).cast::<Entry>().add(i) };
+        }
+        let p = i - INLINE;
+        // SAFETY: the overflow chain holds every entry written past the
+        // inline ones; its blocks are the action's and not written now.
+        unsafe {
+            let mut block = addr_of!((*a).overflow).read();
+            for _ in 0..p / OVERFLOW {
+                block = block.and_then(|b| addr_of!((*b.as_ptr()).next).read());
+            }
+            let Some(b) = block else {
+                unreachable!("overflow entry {p} was written at creation");
+            };
+            addr_of!((*b.as_ptr()).entries)
+                .cast::<Entry>()
+                .add(p % OVERFLOW)
         }
     }
 

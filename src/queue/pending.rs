@@ -593,9 +593,10 @@ impl<B: Backend> QueueState<B> {
             return;
         }
         // SAFETY: a lent action is freed by its submitter unless it was
-        // kept first, so it is alive until below.
-        let a = unsafe { action.as_ref() };
-        if a.lent.load(Ordering::Acquire) == DONE {
+        // kept first, so it is alive until below. (Its state alone: the
+        // backend may be using the rest of it on another thread.)
+        let state = unsafe { QueueAction::lent_state(action) };
+        if state.load(Ordering::Acquire) == DONE {
             // Finished elsewhere (its signals made, counted) with our
             // handles: nothing was taken, nothing to give back.
             // SAFETY: ours now; the issuer's stash, this thread's alone.
@@ -606,7 +607,7 @@ impl<B: Backend> QueueState<B> {
         unsafe { QueueAction::keep_entries(action) };
         self.refs.fetch_add(1, Ordering::Relaxed);
         // Release: a finisher that reads `KEPT` sees the references.
-        if a.lent.swap(KEPT, Ordering::AcqRel) == DONE {
+        if state.swap(KEPT, Ordering::AcqRel) == DONE {
             // Finished meanwhile: free it with the references just taken.
             // SAFETY: as above; the caller's handle keeps the state alive
             // past the release.
