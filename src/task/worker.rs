@@ -1033,9 +1033,12 @@ impl Worker {
     }
 }
 
-/// A ready chunk's chain as a list, its tasks' payload lines on their way
-/// into this core's cache (the walk reads each header: a dependent miss
-/// each, with the payload's fetch overlapping the next one).
+/// A ready chunk's chain as a list. The walk follows the queue links, one
+/// dependent miss per task on blocks another core wrote; each task's
+/// prefetch hint (`set_prefetch_hint`) starts the fetch of the task
+/// `PREFETCH_AHEAD` places on, so several misses are in flight at once.
+/// (`from_chain` then walks the same chain again, now in this core's
+/// cache, for its tail and length.)
 ///
 /// # Safety
 /// As for `SList::from_chain`: `head` starts a chain of tasks linked
