@@ -153,9 +153,25 @@ impl<L: SingleLink> SList<L> {
     /// `head` starts a chain of valid nodes linked through `L`, ended by
     /// `None`, that the caller owns under the module contract.
     pub unsafe fn from_chain(head: NonNull<L::Node>) -> SList<L> {
+        // SAFETY: forwarded contract.
+        unsafe { Self::from_chain_visiting(head, |_| {}) }
+    }
+
+    /// [`from_chain`](Self::from_chain), calling `visit` on each node as
+    /// the walk passes it (one walk for the caller's look at each node and
+    /// the count).
+    ///
+    /// # Safety
+    /// As for `from_chain`; `visit` does not touch the nodes' `L` links.
+    pub(crate) unsafe fn from_chain_visiting(
+        head: NonNull<L::Node>,
+        mut visit: impl FnMut(NonNull<L::Node>),
+    ) -> SList<L> {
         let (mut tail, mut len) = (head, 1);
+        visit(head);
         // SAFETY: the chain's nodes are valid per contract.
         while let Some(n) = unsafe { next::<L>(tail) } {
+            visit(n);
             tail = n;
             len += 1;
         }

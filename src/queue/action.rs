@@ -204,16 +204,10 @@ impl<P> QueueAction<P> {
 
     /// Entry `i` of waits (`i < wait_count`) then signals.
     fn entry(&self, i: usize) -> &Entry {
-        let slot = if i < INLINE {
-            &self.entries[i]
-        } else {
-            let (b, k) = self.overflow_slot(i - INLINE);
-            // SAFETY: the action owns its overflow chain; the block outlives
-            // `&self`.
-            &unsafe { &*b.as_ptr() }.entries[k]
-        };
-        // SAFETY: every entry below `total` was written at creation.
-        unsafe { slot.assume_init_ref() }
+        debug_assert!(i < self.total());
+        // SAFETY: every entry below `total` was written at creation; the
+        // action owns its overflow chain, whose blocks outlive `&self`.
+        unsafe { &*Self::entry_ptr(NonNull::from(self), i) }
     }
 
     /// Entry `i`'s slot, mutably (for dropping it).

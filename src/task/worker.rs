@@ -1037,25 +1037,20 @@ impl Worker {
 /// dependent miss per task on blocks another core wrote; each task's
 /// prefetch hint (`set_prefetch_hint`) starts the fetch of the task
 /// `PREFETCH_AHEAD` places on, so several misses are in flight at once.
-/// (`from_chain` then walks the same chain again, now in this core's
-/// cache, for its tail and length.)
 ///
 /// # Safety
 /// As for `SList::from_chain`: `head` starts a chain of tasks linked
 /// through `QueueLink` that the caller owns.
 unsafe fn walk_chunk(head: NonNull<Task>) -> SList<QueueLink> {
-    let mut cursor = Some(head);
-    while let Some(t) = cursor {
-        // SAFETY: per contract: ours, and its fork link is free (a hint or
-        // nothing).
-        if let Some(ahead) = unsafe { crate::list::links_next::<ForkLink>(t) } {
-            Task::prefetch(ahead);
-        }
-        // SAFETY: per contract.
-        cursor = unsafe { crate::list::links_next::<QueueLink>(t) };
+    // SAFETY: per contract; the visit reads only the fork links.
+    unsafe {
+        SList::from_chain_visiting(head, |t| {
+            // SAFETY: ours, and its fork link is free (a hint or nothing).
+            if let Some(ahead) = crate::list::links_next::<ForkLink>(t) {
+                Task::prefetch(ahead);
+            }
+        })
     }
-    // SAFETY: per contract.
-    unsafe { SList::from_chain(head) }
 }
 
 /// How far ahead in a ready chunk a task's prefetch hint points.
