@@ -21,7 +21,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn execute_allocates_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial(&SERIAL);
     for completion in [CompletionMode::HostFunction, CompletionMode::EventThread] {
         let Some(device) = cuda::device_with(CudaConfig {
             queues: 2,
@@ -89,7 +89,7 @@ fn execute_allocates_nothing() {
 /// `end`): after warm-up, 10k frames allocate nothing in fenceline.
 #[test]
 fn fresh_recordings_every_frame_allocate_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial(&SERIAL);
     let Some(device) = cuda::device_with(CudaConfig::default()) else {
         return;
     };

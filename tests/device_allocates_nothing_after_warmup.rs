@@ -19,7 +19,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn execute_allocates_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial(&SERIAL);
     let device = Device::cpu_with(CpuConfig {
         workers: 2,
         queues: 1,
@@ -89,7 +89,7 @@ fn host_call_allocations_per_100<const N: usize>(device: &Device) -> usize {
 #[test]
 fn host_calls_allocate_only_past_their_documented_room() {
     use fenceline::device::HOST_CALL_INLINE_BYTES as ROOM;
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial(&SERIAL);
     let device = Device::cpu_with(CpuConfig {
         workers: 2,
         queues: 1,
@@ -207,7 +207,7 @@ fn frames_allocations(fresh: bool, one_shot: bool, frames: u64) -> usize {
 
 #[test]
 fn fresh_recordings_every_frame_allocate_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial(&SERIAL);
     for one_shot in [false, true] {
         let n = frames_allocations(true, one_shot, 10_000);
         assert_eq!(
@@ -219,7 +219,7 @@ fn fresh_recordings_every_frame_allocate_nothing() {
 
 #[test]
 fn reset_and_rerecord_every_frame_allocates_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial(&SERIAL);
     let n = frames_allocations(false, false, 10_000);
     assert_eq!(n, 0, "10k reset frames allocated {n} times");
 }

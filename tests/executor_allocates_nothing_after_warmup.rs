@@ -56,7 +56,7 @@ fn round(exec: &Executor, scope: &Scope, sum: &Arc<AtomicU64>) {
 
 #[test]
 fn fork_join_and_dispatch_allocate_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial(&SERIAL);
     let exec = Executor::new(ExecutorConfig {
         workers: 2,
         spin: true,
@@ -107,7 +107,7 @@ fn allocations_per_100<const N: usize>(
 
 #[test]
 fn closures_allocate_only_past_their_documented_room() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial(&SERIAL);
     use fenceline::task::{CALL_INLINE_BYTES, DISPATCH_INLINE_BYTES, FINALLY_INLINE_BYTES};
     let exec = Executor::new(ExecutorConfig {
         workers: 2,
