@@ -7,7 +7,8 @@
 //! - `submit_1thread`: submit + issue + complete of an action with 1 wait
 //!   (already reached) and 1 signal, completing inline.
 //! - `submit_2threads_completer`: 2 threads submit 2 x 4096 such actions;
-//!   a third thread completes them (the backend hands issued work over).
+//!   a third thread completes them (the backend hands issued work over);
+//!   its floor is the same threads and hand-off with no queue at all.
 //! - `queue_chain_10k`: 10k actions, each waiting on the previous one's signal,
 //!   all submitted behind a gate, then released (per-hop latency).
 //! - `chain_backlog`: fenceline's 20k-action chain all submitted before the
@@ -230,6 +231,23 @@ fn two_threads(c: &mut Criterion) {
                         let a = seed.handoff.as_ref().unwrap().lock().unwrap().pop_front();
                         a.map(|a| seed.complete(a)).is_some()
                     },
+                );
+            }
+            total
+        })
+    });
+    // The floor: the same threads and the same hand-off (a `Mutex`ed
+    // `VecDeque`, pushed by the submitters, popped by this thread), with no
+    // queue, no action and no semaphore: what the bench itself costs. A
+    // design's best ratio against the seed is seed / floor.
+    let handoff: Mutex<VecDeque<u64>> = Mutex::new(VecDeque::new());
+    group.bench_function("floor_handoff_only", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                total += two_submitters(
+                    |_, i| handoff.lock().unwrap().push_back(i),
+                    || handoff.lock().unwrap().pop_front().is_some(),
                 );
             }
             total
