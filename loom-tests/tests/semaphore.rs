@@ -1,6 +1,11 @@
 //! loom models of the timeline semaphore: a timepoint registered while
 //! another thread signals, fails or cancels is answered exactly once and
 //! never lost; a parked host wait is always woken.
+//!
+//! Each model runs both ways of taking the turn (the CAS from 0 of a pass
+//! nobody asked for, and the `fetch_or` of a request): mutation checked,
+//! the CAS from 0 with a relaxed success ordering (the list not taken
+//! from its last holder) fails every model here but the event handle's.
 #![cfg(fenceline_loom)]
 
 use std::ptr::NonNull;

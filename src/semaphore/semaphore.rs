@@ -10,7 +10,8 @@
 //! list is never waited for by a signal or a registration (the drain
 //! protocol the pending queue uses): a registration pushes its timepoint
 //! on a lock-free inbox, a signal or a failure only needs a pass over the
-//! list; both then set `REQUEST` and take the turn if it is free, in one
+//! list; both then take the turn if it is free and unrequested (one CAS
+//! from 0), or else set `REQUEST` and take the turn if it is free, in one
 //! read-modify-write. Whoever holds the turn passes until no request is
 //! left: it merges the inbox into the list (sorted), reads the value with
 //! a read-modify-write, unlinks what it reaches (everything if failed),
@@ -462,7 +463,7 @@ impl Semaphore {
         let (mut reached, mut failed) = (DList::new(), DList::new());
         // Serves the requests so far, which links `tp` if it is still in
         // the inbox (or fires it, if its value is reached).
-        inner.round(&mut reached, &mut failed);
+        inner.round(true, &mut reached, &mut failed);
         // SAFETY: we hold the turn.
         let list = unsafe { inner.list_mut() };
         // SAFETY: valid per contract; `linked` is the turn holder's.
@@ -518,11 +519,24 @@ impl Inner {
     /// meanwhile) if no other thread holds the turn; otherwise the holder
     /// runs it before giving the turn back. Never waits.
     fn request_pass(&self) {
+        // The usual case, no holder and no request: take the turn with no
+        // request bit (one CAS), so the first round has none to clear.
+        // Acquire takes the list from the last holder. A request made
+        // after this CAS finds `LOCKED`, sets `REQUEST`, and fails our
+        // release, so its round comes (with the clearing RMW).
+        if self
+            .turn
+            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.pass(false);
+            return;
+        }
         // AcqRel: Release hands what we did before (an inbox push, a new
         // value) to the holder that sees the request; Acquire takes the list
         // from the last holder if the turn is ours.
         if self.turn.fetch_or(LOCKED | REQUEST, Ordering::AcqRel) & LOCKED == 0 {
-            self.pass();
+            self.pass(true);
         }
     }
 
@@ -613,9 +627,11 @@ impl Inner {
 
     /// Run by the turn's holder: passes until no request is left, gives
     /// the turn back, then fires what the passes unlinked.
-    fn pass(&self) {
+    /// `requested`: the turn was taken with `REQUEST` set, which the
+    /// first round clears.
+    fn pass(&self, requested: bool) {
         let (mut reached, mut failed) = (DList::new(), DList::new());
-        self.round(&mut reached, &mut failed);
+        self.round(requested, &mut reached, &mut failed);
         self.finish_turn(reached, failed);
     }
 
@@ -623,10 +639,19 @@ impl Inner {
     /// Reads the value, unlinks what it reaches (only if it moved since the
     /// last scan: O(k + 1) for k unlinked), merges the inbox; everything
     /// if the semaphore failed.
-    fn round(&self, reached: &mut DList<TimepointLink>, failed: &mut DList<TimepointLink>) {
-        // Acquire: what requesters did before asking (inbox pushes) is
-        // visible.
-        self.turn.fetch_and(!REQUEST, Ordering::Acquire);
+    /// `requested`: `REQUEST` may be set (it is cleared first); without
+    /// it, the turn was taken from 0 and no request is pending.
+    fn round(
+        &self,
+        requested: bool,
+        reached: &mut DList<TimepointLink>,
+        failed: &mut DList<TimepointLink>,
+    ) {
+        if requested {
+            // Acquire: what requesters did before asking (inbox pushes) is
+            // visible.
+            self.turn.fetch_and(!REQUEST, Ordering::Acquire);
+        }
         // SAFETY: we hold the turn.
         let list = unsafe { self.list_mut() };
         // A read-modify-write: the latest value, ordered with signals'
@@ -678,7 +703,7 @@ impl Inner {
             .compare_exchange(LOCKED, 0, Ordering::Release, Ordering::Relaxed)
             .is_err()
         {
-            self.round(&mut reached, &mut failed);
+            self.round(true, &mut reached, &mut failed);
         }
         let mut panicked = FirstPanic::default();
         panicked.run(|| fire_all(reached, Ok(())));
