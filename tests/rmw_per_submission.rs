@@ -221,22 +221,27 @@ const READY: u64 = 16;
 const WAIT: u64 = 0;
 /// (13 and 21 since a pass takes a free, unrequested turn with one CAS
 /// from 0 and skips the first round's clearing RMW; mutation checked: the
-/// `fetch_or` alone, as before, gives 14 and 22.)
+/// `fetch_or` alone, as before, gives 14 and 22. The signal 19 since a
+/// woken action is handled directly by the thread its timepoint fired on
+/// when no pass runs; mutation checked: through the woken stack, as
+/// before, gives 21.)
 const PENDING: u64 = 13;
-const SIGNAL: u64 = 21;
+const SIGNAL: u64 = 19;
 const BARE: u64 = 1;
 const WORKER: u64 = 24;
 /// Actions in the chain of path 6.
 const CHAIN: u64 = 256;
-/// Tenths of an RMW per hop (23.6 measured since the semaphore's pass takes
-/// a free turn with one CAS; 24.0 since a task whose count reads
+/// Tenths of an RMW per hop (21.1 measured since a woken action is handled
+/// directly, without the woken stack's push and `take_all`; 23.6 since the
+/// semaphore's pass takes a free turn with one CAS; 24.0 since a task
+/// whose count reads
 /// 1 is made ready with a store; 25.0-25.8 before, since a completion's
 /// issue takes its blocks from the worker's cache; 27.1-27.3 before that,
 /// with a cache of the graph's own). Mutations checked: without the `Hop`
 /// guard in the CPU backend's completion (the next action's tasks
 /// injected, not kept on the worker) it is 2.4 more; a graph with a cache
 /// of its own (`Graph::new` in `CpuBackend::graph`) gives 26.4.
-const HOP_TENTHS: u64 = 252;
+const HOP_TENTHS: u64 = 225;
 
 /// The pending queue alone: a submission with 1 wait already reached and
 /// 1 signal, on a backend that completes inside `issue` (the `submit`

@@ -1,6 +1,7 @@
 //! loom models of the pending queue's drain protocol on the testing
 //! backend: concurrent submitters and completions, a host signal racing the
-//! pass that parks an action, and shutdown racing a submit.
+//! pass that parks an action, a direct wake racing a direct submission,
+//! and shutdown racing a submit.
 //!
 //! A submission that finds no pass running takes the issuer's turn itself
 //! and handles its action directly (`take_turn`). Mutation checked: that
@@ -129,5 +130,41 @@ fn a_lent_action_finished_elsewhere_is_kept_or_freed_exactly_once() {
         assert!(seen.query().unwrap() >= 1);
         assert_eq!(q.in_flight(), 0, "the action is gone");
         assert_eq!(q.stats().completed, 1);
+    });
+}
+
+// A fired timepoint whose thread finds no pass running takes the issuer's
+// turn and handles the woken action directly (`First::Woken`: no push on
+// the woken stack, no `take_all`), racing a submitter that may take the
+// turn the same way: each action is issued exactly once, and the woken
+// one leaves the issuer's waiting list. Mutations checked: the wake taking
+// the turn with a plain store (two issuers at once: loom reports the
+// issuer state's concurrent access); the direct wake leaving the action
+// in the waiting list (it is still counted pending here; the models above
+// crash on its stale link once its block is reused).
+#[test]
+fn a_direct_wake_racing_a_direct_submission_issues_each_once() {
+    loom::model(|| {
+        let q = queue();
+        let (gate, out) = (Semaphore::new(0), Semaphore::new(0));
+        q.submit(&[(&gate, 1)], &[(&out, 1)], 1).unwrap();
+        let submitter = {
+            let q = q.clone();
+            thread::spawn(move || q.submit(&[], &[], 2).unwrap())
+        };
+        gate.signal(1).unwrap();
+        submitter.join().unwrap();
+        let mut issued = q.backend().issued_log();
+        issued.sort_unstable();
+        assert_eq!(issued, [1, 2], "each issued exactly once");
+        assert_eq!(
+            q.stats().pending,
+            0,
+            "the woken action left the waiting list"
+        );
+        q.backend().complete_all();
+        q.shutdown();
+        assert_eq!(out.query().unwrap(), 1, "signalled, never cancelled");
+        assert_eq!(q.in_flight(), 0);
     });
 }

@@ -263,7 +263,7 @@ impl<B: Backend> PendingQueue<B> {
             }
             id = action.as_ptr() as u64;
             trace::flow_out(id);
-            shared.drain(1, Some((action, lend)));
+            shared.drain(1, Some(First::New(action, lend)));
         } else {
             // SAFETY: not lent.
             let action = unsafe {
@@ -470,10 +470,28 @@ unsafe fn queue_wake<B: Backend>(tp: NonNull<Timepoint>, _result: Result<(), Err
     // guard gives it up even if the pass panics out of `request_issue`.
     let _held = Reference::take(this);
     trace::flow_out(action.as_ptr() as u64 ^ READIED);
+    // No pass running and this thread may issue: take the turn and handle
+    // the action at once, as a direct submission does (no push on the
+    // woken stack, no `take_all`s unless a request comes in meanwhile).
+    if shared.take_turn() {
+        liveness::check(shared, "a queue's state (woken directly)");
+        shared.drain(1, Some(First::Woken(action)));
+        return;
+    }
     // SAFETY: the fired timepoint gave us the action (its submit link is
     // free: an armed action is on no stack); the stack takes it.
     shared.woken.push(unsafe { Handle::from_raw(action) });
     shared.request_issue();
+}
+
+/// What a drain handles before its first pass: an action its caller
+/// already holds, with no round trip through a stack.
+enum First<B: Backend> {
+    /// A submitter's new action (`true`: made lent).
+    New(NonNull<Action<B>>, bool),
+    /// An armed action whose waits were just met (its timepoint fired on
+    /// this thread).
+    Woken(NonNull<Action<B>>),
 }
 
 /// One counted reference to a queue's state, given up when dropped (also
@@ -632,14 +650,21 @@ impl<B: Backend> QueueState<B> {
     /// Runs passes as the issuer until the turn is given back with no
     /// request left; `first`, a new action, is handled before the first
     /// pass.
-    fn drain(&self, mut seen: usize, mut first: Option<(NonNull<Action<B>>, bool)>) {
+    fn drain(&self, mut seen: usize, mut first: Option<First<B>>) {
         let _pass = PassDepth::enter(self.this.as_ptr().cast_const().cast());
         let mut panicked = FirstPanic::default();
         loop {
             // SAFETY: the counter went from 0 to 1 under us: we are the only
             // issuer until we swing it back to 0.
             let issuer = unsafe { self.issuer_state() };
-            if let Some((action, lent)) = first.take() {
+            if let Some(First::Woken(action)) = first {
+                first = None;
+                let closed = self.closed.load(Ordering::Acquire);
+                // SAFETY: its timepoint fired on this thread, which handed
+                // it here: armed, in `waiting`, on no stack.
+                panicked.run(|| unsafe { self.handle_woken(issuer, action, closed) });
+                self.add_examined(1);
+            } else if let Some(First::New(action, lent)) = first.take() {
                 let closed = self.closed.load(Ordering::Acquire);
                 Self::add(&self.taken_in, 1);
                 let id = action.as_ptr().cast_const().cast::<()>();
@@ -665,6 +690,33 @@ impl<B: Backend> QueueState<B> {
         panicked.resume();
     }
 
+    /// Takes a woken action out of `waiting` and handles it.
+    ///
+    /// # Safety
+    /// The caller is the issuer; `action` was armed (so it is in
+    /// `waiting`), its timepoint fired, and it is on no stack.
+    unsafe fn handle_woken(
+        &self,
+        issuer: &mut IssuerState<B::Payload>,
+        action: NonNull<Action<B>>,
+        closed: bool,
+    ) {
+        // SAFETY: per contract, in `waiting`; the issuer's alone.
+        unsafe {
+            let _ = issuer.waiting.remove(action);
+            (*action.as_ptr()).armed = false;
+        }
+        self.waiting_left();
+        trace::flow_in(action.as_ptr() as u64 ^ READIED);
+        trace::instant(
+            trace::Kind::Ready,
+            action.as_ptr() as u64,
+            self.this.as_ptr() as u64,
+            0,
+        );
+        self.handle(issuer, action, closed);
+    }
+
     /// # Safety
     /// The caller is the issuer (drain protocol).
     #[allow(clippy::mut_from_ref)] // exclusive by the protocol, not by borrow
@@ -685,21 +737,10 @@ impl<B: Backend> QueueState<B> {
         let mut panicked = FirstPanic::default();
         let mut woken = self.woken.take_all();
         while let Some(action) = woken.pop_front().map(Handle::into_raw) {
-            // SAFETY: a woken action was armed, hence in `waiting`.
-            unsafe {
-                let _ = issuer.waiting.remove(action);
-                (*action.as_ptr()).armed = false;
-            }
-            self.waiting_left();
-            trace::flow_in(action.as_ptr() as u64 ^ READIED);
-            trace::instant(
-                trace::Kind::Ready,
-                action.as_ptr() as u64,
-                self.this.as_ptr() as u64,
-                0,
-            );
             examined += 1;
-            panicked.run(|| self.handle(issuer, action, closed));
+            // SAFETY: a woken action was armed, hence in `waiting`, and is
+            // off the stack now.
+            panicked.run(|| unsafe { self.handle_woken(issuer, action, closed) });
         }
         let mut new = self.incoming.take_all();
         if !new.is_empty() {
