@@ -216,8 +216,13 @@ fn rmws_per_submission_path() {
 
 /// Today's counts (2026-12-01, after the cuts in ARCHITECTURE.md's
 /// table; the worker side with some room for its idle cycle).
-/// (16: one execute in eight refills the issuer's block cache, one CAS.)
-const READY: u64 = 16;
+/// (11: one execute in eight refills the issuer's block cache, one CAS.
+/// 10-11 since a device's per-submission scope counts no tasks and its
+/// graph borrows the scope's handle; mutations checked: a counted scope
+/// (`Scope::new` in `CpuBackend::take_scope`) gives 12-13 here, 18 on the
+/// worker and 16-17 for the readying signal; the graph cloning the handle
+/// (`with_cache`) gives 12-13, 16-17 and a hop of 20.2.) The worker's side and the hop vary with its idle cycle: bounded with room.
+const READY: u64 = 11;
 const WAIT: u64 = 0;
 /// (13 and 21 since a pass takes a free, unrequested turn with one CAS
 /// from 0 and skips the first round's clearing RMW; mutation checked: the
@@ -226,12 +231,13 @@ const WAIT: u64 = 0;
 /// when no pass runs; mutation checked: through the woken stack, as
 /// before, gives 21.)
 const PENDING: u64 = 13;
-const SIGNAL: u64 = 19;
+const SIGNAL: u64 = 15;
 const BARE: u64 = 1;
-const WORKER: u64 = 24;
+const WORKER: u64 = 16;
 /// Actions in the chain of path 6.
 const CHAIN: u64 = 256;
-/// Tenths of an RMW per hop (21.1 measured since a woken action is handled
+/// Tenths of an RMW per hop (18.2-19.7 measured since a device's scope counts no
+/// tasks and its graph borrows the handle; 21.1 since a woken action is handled
 /// directly, without the woken stack's push and `take_all`; 23.6 since the
 /// semaphore's pass takes a free turn with one CAS; 24.0 since a task
 /// whose count reads
@@ -241,7 +247,7 @@ const CHAIN: u64 = 256;
 /// guard in the CPU backend's completion (the next action's tasks
 /// injected, not kept on the worker) it is 2.4 more; a graph with a cache
 /// of its own (`Graph::new` in `CpuBackend::graph`) gives 26.4.
-const HOP_TENTHS: u64 = 225;
+const HOP_TENTHS: u64 = 210;
 
 /// The pending queue alone: a submission with 1 wait already reached and
 /// 1 signal, on a backend that completes inside `issue` (the `submit`

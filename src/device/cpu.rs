@@ -121,7 +121,10 @@ impl CpuBackend {
             }
             spare.pop_front()
         });
-        let scope = reused.map(Scope::from_handle).unwrap_or_default();
+        // Uncounted: the submission's final task joins all of its tasks.
+        let scope = reused
+            .map(Scope::from_handle)
+            .unwrap_or_else(Scope::uncounted);
         // A scope is recycled before its submission completes; a panic out
         // of that completion may have failed it since.
         if scope.error().is_some() {

@@ -1,6 +1,7 @@
 //! `Graph`: builds a task DAG in pool memory, then submits it.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::time::Instant;
@@ -94,7 +95,12 @@ impl fmt::Debug for TaskId {
 /// ```
 pub struct Graph<'e> {
     exec: &'e ExecutorState,
-    scope: Scope,
+    /// The scope's handle: the graph's own clone (`owns_scope`), or, for
+    /// a graph a device builds (`with_cache`), a bitwise copy of its
+    /// caller's handle, which outlives the graph: never dropped, so no
+    /// reference is counted for it.
+    scope: ManuallyDrop<Scope>,
+    owns_scope: bool,
     id: u64,
     /// Every task created, through their `next` links.
     tasks: SList<QueueLink>,
@@ -158,13 +164,24 @@ impl fmt::Debug for Graph<'_> {
 impl<'e> Graph<'e> {
     /// A graph on the executor whose state is `exec`.
     pub(crate) fn new(exec: &'e ExecutorState, scope: &Scope) -> Graph<'e> {
-        Graph::with_blocks(exec, scope, GraphBlocks::Own(BlockCache::new(&exec.pool)))
+        Graph::with_blocks(
+            exec,
+            ManuallyDrop::new(scope.clone()),
+            true,
+            GraphBlocks::Own(BlockCache::new(&exec.pool)),
+        )
     }
 
-    fn with_blocks(exec: &'e ExecutorState, scope: &Scope, cache: GraphBlocks<'e>) -> Graph<'e> {
+    fn with_blocks(
+        exec: &'e ExecutorState,
+        scope: ManuallyDrop<Scope>,
+        owns_scope: bool,
+        cache: GraphBlocks<'e>,
+    ) -> Graph<'e> {
         Graph {
             exec,
-            scope: scope.clone(),
+            scope,
+            owns_scope,
             id: next_graph_id(),
             tasks: SList::new(),
             count: 0,
@@ -173,7 +190,8 @@ impl<'e> Graph<'e> {
     }
 
     /// A graph on `exec` that takes its task blocks from `cache` (and
-    /// gives back there the blocks of tasks it frees unsubmitted).
+    /// gives back there the blocks of tasks it frees unsubmitted), and
+    /// borrows `scope`'s handle without counting a reference.
     ///
     /// # Safety
     /// `cache` is a cache of `exec`'s pool that stays valid for the
@@ -181,12 +199,19 @@ impl<'e> Graph<'e> {
     /// across any call of the graph (every other user borrows it only for
     /// one acquire or release, as the graph does). The graph is submitted
     /// or dropped on this thread (it is `Send` only for users' graphs).
+    /// Some handle to `scope`'s state (the caller's, or one it moves into
+    /// a task of the graph) keeps it alive until the graph is submitted or
+    /// dropped.
     pub(crate) unsafe fn with_cache(
         exec: &'e ExecutorState,
         scope: &Scope,
         cache: NonNull<BlockCache<TaskPool>>,
     ) -> Graph<'e> {
-        Graph::with_blocks(exec, scope, GraphBlocks::Lent(LentCache(cache)))
+        // SAFETY: a bitwise copy of the handle, never dropped (`owns_scope`
+        // false): it counts no reference, and the contract keeps the state
+        // alive while the graph may use it.
+        let borrowed = ManuallyDrop::new(unsafe { std::ptr::read(scope) });
+        Graph::with_blocks(exec, borrowed, false, GraphBlocks::Lent(LentCache(cache)))
     }
 
     /// The scope the graph's tasks count in.
@@ -564,6 +589,10 @@ impl Drop for Graph<'_> {
             // SAFETY: the payload is gone; the block came from this cache's
             // pool.
             unsafe { release_block(&mut self.cache, task) };
+        }
+        if self.owns_scope {
+            // SAFETY: the graph's own clone, dropped once, here.
+            unsafe { ManuallyDrop::drop(&mut self.scope) };
         }
     }
 }

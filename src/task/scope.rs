@@ -22,6 +22,15 @@ pub(crate) struct ScopeInner {
     /// A reusable scope's place in its owner's free list (a device queue
     /// recycles one scope per submission).
     pub(crate) link: crate::list::SingleLinks<ScopeInner>,
+    /// Whether its tasks are counted in `pending` (set at creation, never
+    /// changed). A device's per-submission scope is not: the submission's
+    /// final task already waits for every other one (joins), so nothing
+    /// waits for the scope to go idle, and counting cost six RMWs per
+    /// `execute` (enter with its reference, leave with the idle count,
+    /// the idle signal and the reference's drop). Its tasks use it only for
+    /// the first error, while the submission keeps it alive (its final
+    /// task holds a handle); a retiring task never touches it.
+    pub(crate) counted: bool,
     pending: AtomicUsize,
     failed: AtomicBool,
     error: Mutex<Option<Error>>,
@@ -48,9 +57,21 @@ impl Default for Scope {
 impl Scope {
     /// An empty scope.
     pub fn new() -> Scope {
+        Scope::with_counting(true)
+    }
+
+    /// A scope whose tasks are not counted (`ScopeInner::counted`): its
+    /// `pending` stays 0 and `wait_idle` does not wait. For a submission
+    /// whose own final task joins every other task.
+    pub(crate) fn uncounted() -> Scope {
+        Scope::with_counting(false)
+    }
+
+    fn with_counting(counted: bool) -> Scope {
         Scope {
             inner: Arc::new(ScopeInner {
                 link: crate::list::SingleLinks::new(),
+                counted,
                 pending: AtomicUsize::new(0),
                 failed: AtomicBool::new(false),
                 error: Mutex::new(None),
@@ -189,13 +210,16 @@ impl ScopeInner {
     pub(crate) unsafe fn enter(this: NonNull<ScopeInner>, scope: &Scope, n: usize) {
         // SAFETY: live per contract.
         let inner = unsafe { this.as_ref() };
-        if inner.pending.fetch_add(n, Ordering::AcqRel) == 0 {
+        if inner.counted && inner.pending.fetch_add(n, Ordering::AcqRel) == 0 {
             let _ = Arc::into_raw(scope.inner.clone());
         }
     }
 
     /// Like `enter`, from a task of the scope (which keeps it alive).
     pub(crate) fn enter_from_task(&self) {
+        if !self.counted {
+            return;
+        }
         let before = self.pending.fetch_add(1, Ordering::AcqRel);
         debug_assert!(before > 0, "a running task keeps its scope non-idle");
     }
@@ -206,7 +230,8 @@ impl ScopeInner {
     /// took.
     ///
     /// # Safety
-    /// `this` is live and the caller retires `n` tasks it counted.
+    /// `this` is live and counted, and the caller retires `n` tasks it
+    /// counted.
     pub(crate) unsafe fn leave(this: NonNull<ScopeInner>, n: usize) {
         // SAFETY: our outstanding tasks keep the scope alive until here.
         let inner = unsafe { this.as_ref() };

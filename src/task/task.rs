@@ -74,6 +74,10 @@ pub(crate) struct Task {
     pub(crate) block: u32,
     /// Whether the task is already some barrier's dependent.
     pub(crate) forked: Cell<bool>,
+    /// Its scope counts it (`ScopeInner::counted`, copied at creation:
+    /// the retirement must not read an uncounted scope, which may be
+    /// gone by then).
+    pub(crate) counted: bool,
     /// How many times the payload ran (nested calls, dispatch phases).
     pub(crate) runs: Cell<u8>,
     /// Creation order within its graph: edges go from lower to higher,

@@ -669,11 +669,13 @@ impl Worker {
         }
     }
 
-    /// Counts one retirement of a task of `scope`, in the batch.
-    fn count_retired(&mut self, scope: NonNull<ScopeInner>) {
-        match &mut self.retired_scope {
-            Some((s, n)) if *s == scope => *n += 1,
-            _ => {
+    /// Counts one retirement of a task of `scope` (`None`: an uncounted
+    /// scope, only the live count), in the batch.
+    fn count_retired(&mut self, scope: Option<NonNull<ScopeInner>>) {
+        match (&mut self.retired_scope, scope) {
+            (_, None) => {}
+            (Some((s, n)), Some(scope)) if *s == scope => *n += 1,
+            (_, Some(scope)) => {
                 if let Some((s, n)) = self.retired_scope.replace((scope, 1)) {
                     // SAFETY: as in `flush`.
                     unsafe { ScopeInner::leave(s, n) };
@@ -1025,7 +1027,11 @@ impl Worker {
                 self.shared.notify();
             }
         }
-        let scope: NonNull<ScopeInner> = t.scope;
+        // An uncounted scope is not touched: its submission's final task
+        // may have run on another worker by now, and the scope gone with
+        // its device (mutation checked: reading it here is a use after
+        // free that the soak test finds under Miri).
+        let scope = t.counted.then_some(t.scope);
         // SAFETY: the task is done and its payload dropped (`execute`).
         unsafe { release_block(self.cache(), task) };
         self.count_retired(scope);

@@ -83,6 +83,9 @@ pub(crate) fn new_task<K: Kind, C: BlockSource + ?Sized>(
     payload: K,
 ) -> Result<NonNull<Task>, Error> {
     const { assert!(Task::fits::<K>(), "payload too large for a task block") };
+    // SAFETY: the caller's graph handle or running task keeps the scope
+    // alive.
+    let counted = unsafe { scope.as_ref() }.counted;
     let block = cache.acquire()?;
     let task = block.as_ptr().cast::<Task>();
     // SAFETY: the block is ours, `TASK_BLOCK` bytes aligned to 64.
@@ -99,6 +102,7 @@ pub(crate) fn new_task<K: Kind, C: BlockSource + ?Sized>(
         addr_of_mut!((*t).vtable).write(vtable::<K>());
         addr_of_mut!((*t).block).write(block.index());
         addr_of_mut!((*t).forked).write(crate::sync::Cell::new(false));
+        addr_of_mut!((*t).counted).write(counted);
         addr_of_mut!((*t).runs).write(crate::sync::Cell::new(0));
         addr_of_mut!((*t).seq).write(crate::sync::Cell::new(0));
         Task::payload_ptr::<K>(task).write(payload);
