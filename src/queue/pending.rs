@@ -648,8 +648,8 @@ impl<B: Backend> QueueState<B> {
     }
 
     /// Runs passes as the issuer until the turn is given back with no
-    /// request left; `first`, a new action, is handled before the first
-    /// pass.
+    /// request left; `first`, an action the caller holds (a new one, or one
+    /// just woken), is handled before the first pass.
     fn drain(&self, mut seen: usize, mut first: Option<First<B>>) {
         let _pass = PassDepth::enter(self.this.as_ptr().cast_const().cast());
         let mut panicked = FirstPanic::default();
@@ -657,27 +657,30 @@ impl<B: Backend> QueueState<B> {
             // SAFETY: the counter went from 0 to 1 under us: we are the only
             // issuer until we swing it back to 0.
             let issuer = unsafe { self.issuer_state() };
-            if let Some(First::Woken(action)) = first {
-                first = None;
-                let closed = self.closed.load(Ordering::Acquire);
-                // SAFETY: its timepoint fired on this thread, which handed
-                // it here: armed, in `waiting`, on no stack.
-                panicked.run(|| unsafe { self.handle_woken(issuer, action, closed) });
-                self.add_examined(1);
-            } else if let Some(First::New(action, lent)) = first.take() {
-                let closed = self.closed.load(Ordering::Acquire);
-                Self::add(&self.taken_in, 1);
-                let id = action.as_ptr().cast_const().cast::<()>();
-                let outer = DIRECT.with(|d| d.replace(id));
-                panicked.run(|| self.handle(issuer, action, closed));
-                // A finish on this thread meanwhile cleared it.
-                let escaped = DIRECT.with(|d| d.replace(outer)) == id;
-                // SAFETY: the submitter's action, handled just above; the
-                // caller (its `submit`) is still inside.
-                unsafe { self.settle(issuer, action, lent, escaped) };
-                self.add_examined(1);
-            } else {
-                panicked.run(|| self.pass(issuer));
+            match first.take() {
+                None => {
+                    panicked.run(|| self.pass(issuer));
+                }
+                Some(First::Woken(action)) => {
+                    let closed = self.closed.load(Ordering::Acquire);
+                    // SAFETY: its timepoint fired on this thread, which
+                    // handed it here: armed, in `waiting`, on no stack.
+                    panicked.run(|| unsafe { self.handle_woken(issuer, action, closed) });
+                    self.add_examined(1);
+                }
+                Some(First::New(action, lent)) => {
+                    let closed = self.closed.load(Ordering::Acquire);
+                    Self::add(&self.taken_in, 1);
+                    let id = action.as_ptr().cast_const().cast::<()>();
+                    let outer = DIRECT.with(|d| d.replace(id));
+                    panicked.run(|| self.handle(issuer, action, closed));
+                    // A finish on this thread meanwhile cleared it.
+                    let escaped = DIRECT.with(|d| d.replace(outer)) == id;
+                    // SAFETY: the submitter's action, handled just above;
+                    // the caller (its `submit`) is still inside.
+                    unsafe { self.settle(issuer, action, lent, escaped) };
+                    self.add_examined(1);
+                }
             }
             match self
                 .requests
