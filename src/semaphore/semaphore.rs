@@ -22,15 +22,21 @@
 //! before its memory is reused), and then only for another thread's list
 //! work, never for a callback.
 //!
-//! No lost wake-up: a registration counts itself in `waiting`, pushes on
-//! the inbox and requests a pass; a signal CASes `value` (acquire-release)
-//! and then, if `waiting` is not zero, requests a pass. A pass reads
-//! `value` with a read-modify-write, so RMWs on `value` order it with the
-//! signal: if the pass reads the signalled value, it fires the timepoint;
-//! if it read the value before, the signal's CAS acquired that read, which
-//! came after the registration's count, so the signal sees `waiting != 0`
-//! and requests another pass, which reads the signalled value. Who unlinks
-//! a timepoint, holding the turn, fires it, so it fires exactly once.
+//! No lost wake-up: a registration counts itself in `registered` (an
+//! RMW), pushes on the inbox and requests a pass; the turn's holder counts
+//! what it unlinks in `unlinked` (a load and a release store: one holder
+//! at a time). A signal CASes `value` (acquire-release) and then, if
+//! `registered != unlinked`, requests a pass. A pass reads `value` with a
+//! read-modify-write, so RMWs on `value` order it with the signal: if the
+//! pass reads the signalled value, it fires the timepoint; if it read the
+//! value before, the signal's CAS acquired that read, which came after the
+//! registration's count, so the signal's `registered` counts it. The
+//! signal reads `unlinked` first, with acquire: every registration whose
+//! unlinking that count includes happened before, so `registered` counts
+//! those too, and a still-linked timepoint keeps the two apart: the
+//! signal requests another pass, which reads the signalled value. Who
+//! unlinks a timepoint, holding the turn, fires it, so it fires exactly
+//! once.
 
 use std::fmt;
 use std::ptr::{self, NonNull};
@@ -78,10 +84,14 @@ pub struct Semaphore {
 
 struct Inner {
     value: CachePadded<AtomicU64>,
-    /// Timepoints registered and not yet unlinked (in the inbox or the
-    /// list): counted by registrations, uncounted by the turn's holder;
-    /// read by signals.
-    waiting: AtomicUsize,
+    /// Timepoints registered so far (wrapping): counted by registrations
+    /// with an RMW. With `unlinked`, the timepoints still waiting (in the
+    /// inbox or the list) are `registered - unlinked`; a signal reads both.
+    registered: AtomicUsize,
+    /// Timepoints unlinked so far (fired or cancelled; wrapping): written
+    /// only by the turn's holder, with a load and a release store (no
+    /// RMW).
+    unlinked: AtomicUsize,
     /// The first failure, set once before `value` becomes `FAILED_VALUE`.
     failure: AtomicPtr<Error>,
     /// `LOCKED`: a thread holds the turn (works on `list`); `REQUEST`: a
@@ -184,7 +194,8 @@ impl Semaphore {
         Semaphore {
             inner: Arc::new(Inner {
                 value: CachePadded::new(AtomicU64::new(initial.min(FAILED_VALUE - 1))),
-                waiting: AtomicUsize::new(0),
+                registered: AtomicUsize::new(0),
+                unlinked: AtomicUsize::new(0),
                 failure: AtomicPtr::new(ptr::null_mut()),
                 turn: AtomicUsize::new(0),
                 inbox: TransferStack::new(),
@@ -305,7 +316,7 @@ impl Semaphore {
                 Err(now) => current = now,
             }
         }
-        if inner.waiting.load(Ordering::Relaxed) != 0 {
+        if inner.has_waiting() {
             inner.request_pass();
         }
         Ok(())
@@ -433,9 +444,9 @@ impl Semaphore {
         if let Some(done) = inner.check(target) {
             return done;
         }
-        // Counted before it can be seen: a signal that reads `waiting`
+        // Counted before it can be seen: a signal that reads `registered`
         // after our pass read the value sees it (see the module docs).
-        inner.waiting.fetch_add(1, Ordering::Relaxed);
+        inner.registered.fetch_add(1, Ordering::Relaxed);
         // SAFETY: `tp` is ours to link (contract: valid until it fires or
         // is cancelled, and not registered anywhere); the inbox is its
         // first list.
@@ -474,7 +485,7 @@ impl Semaphore {
                 let _ = list.remove(tp);
                 tp.as_ref().linked.with_mut(|l| *l = false);
             }
-            inner.waiting.fetch_sub(1, Ordering::Relaxed);
+            inner.count_unlinked(1);
         }
         inner.finish_turn(reached, failed);
         linked
@@ -493,7 +504,11 @@ impl Semaphore {
     /// when no registration, signal or cancel is running.
     #[doc(hidden)]
     pub fn timepoints_registered(&self) -> usize {
-        self.inner.waiting.load(Ordering::Acquire)
+        let unlinked = self.inner.unlinked.load(Ordering::Acquire);
+        self.inner
+            .registered
+            .load(Ordering::Acquire)
+            .wrapping_sub(unlinked)
     }
 }
 
@@ -617,6 +632,26 @@ impl Inner {
         fired
     }
 
+    /// Whether a timepoint may still wait: read by a signal after its CAS
+    /// on `value`. `unlinked` first, with acquire: every registration whose
+    /// unlinking it counts happened before, so `registered` (read after)
+    /// counts them too, and the difference is never below the timepoints
+    /// still waiting (see the module docs).
+    fn has_waiting(&self) -> bool {
+        let unlinked = self.unlinked.load(Ordering::Acquire);
+        self.registered.load(Ordering::Relaxed) != unlinked
+    }
+
+    /// Counts `n` unlinked timepoints: the turn's holder is the only
+    /// writer (the turn orders holders), so a load and a store. Release:
+    /// a signal that reads the new count sees the registrations it covers.
+    fn count_unlinked(&self, n: usize) {
+        if n > 0 {
+            let now = self.unlinked.load(Ordering::Relaxed);
+            self.unlinked.store(now.wrapping_add(n), Ordering::Release);
+        }
+    }
+
     /// Counts list work (the turn's holder is the only writer).
     fn add_examined(&self, n: u64) {
         if n > 0 {
@@ -688,9 +723,7 @@ impl Inner {
             }
             unlinked += self.merge_inbox(list, current, reached);
         }
-        if unlinked > 0 {
-            self.waiting.fetch_sub(unlinked, Ordering::Relaxed);
-        }
+        self.count_unlinked(unlinked);
     }
 
     /// Gives the turn back, passing again while requests came in since the
