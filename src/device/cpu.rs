@@ -104,7 +104,10 @@ impl CpuBackend {
         // `issue`), and is used on this thread only: the worker's by its
         // own thread, the issuer's by `issue` alone, which the pending
         // queue never runs twice at once for one queue. Each is borrowed
-        // only for one acquire or release at a time.
+        // only for one acquire or release at a time. The scope's state
+        // outlives the graph: `host_scope` lives in the backend; an
+        // execute's scope handle moves into the graph's `finally` task,
+        // which the graph owns until it is submitted or dropped.
         unsafe { Graph::with_cache(&self.exec, scope, cache) }
     }
 
