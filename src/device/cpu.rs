@@ -104,10 +104,12 @@ impl CpuBackend {
         // `issue`), and is used on this thread only: the worker's by its
         // own thread, the issuer's by `issue` alone, which the pending
         // queue never runs twice at once for one queue. Each is borrowed
-        // only for one acquire or release at a time. The scope's state
-        // outlives the graph: `host_scope` lives in the backend; an
-        // execute's scope handle moves into the graph's `finally` task,
-        // which the graph owns until it is submitted or dropped.
+        // only for one acquire or release at a time. The scope's state is
+        // alive whenever the graph reads it: `host_scope` lives in the
+        // backend; an execute's scope handle moves into the graph's
+        // `finally` task, which the graph owns until it is submitted (if
+        // that task cannot be made, the handle goes with it and the graph
+        // is only dropped, which does not read the scope).
         unsafe { Graph::with_cache(&self.exec, scope, cache) }
     }
 

@@ -200,8 +200,9 @@ impl<'e> Graph<'e> {
     /// one acquire or release, as the graph does). The graph is submitted
     /// or dropped on this thread (it is `Send` only for users' graphs).
     /// Some handle to `scope`'s state (the caller's, or one it moves into
-    /// a task of the graph) keeps it alive until the graph is submitted or
-    /// dropped.
+    /// a task of the graph) keeps it alive whenever the graph reads it:
+    /// while it makes tasks, through `scope()`, and in `submit`. (Dropping
+    /// the graph does not read it.)
     pub(crate) unsafe fn with_cache(
         exec: &'e ExecutorState,
         scope: &Scope,
