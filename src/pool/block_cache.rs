@@ -162,14 +162,9 @@ impl<P: Deref<Target = BlockPool>, const N: usize> BlockCache<P, N> {
     fn spill(&mut self, count: usize) {
         let from = self.len - count;
         self.len = from;
-        let blocks = self.blocks[from..from + count].iter().map(|slot| {
-            // SAFETY: slots `from..from + count` held blocks; `len` no longer
-            // counts them, so each is moved out exactly once.
-            unsafe { slot.assume_init_read() }
-        });
-        // SAFETY: stashed blocks belong to this pool (release's contract)
-        // and are released once.
-        unsafe { self.pool.release_raw_all(blocks) };
+        // SAFETY: slots `from..from + count` held blocks of this pool
+        // (release's contract); `len` no longer counts them.
+        unsafe { release_slots(&self.blocks[from..from + count], &self.pool) };
     }
 
     /// Returns every stashed block to `pool`, the cache's own pool reached
@@ -180,14 +175,9 @@ impl<P: Deref<Target = BlockPool>, const N: usize> BlockCache<P, N> {
     /// `pool` is this cache's pool.
     pub(crate) unsafe fn flush_to(&mut self, pool: &BlockPool) {
         let count = std::mem::take(&mut self.len);
-        let blocks = self.blocks[..count].iter().map(|slot| {
-            // SAFETY: slots below the old `len` held blocks; `len` is 0 now,
-            // so each is moved out exactly once.
-            unsafe { slot.assume_init_read() }
-        });
-        // SAFETY: stashed blocks belong to this pool, which is `pool` per
-        // contract, and are released once.
-        unsafe { pool.release_raw_all(blocks) };
+        // SAFETY: slots below the old `len` held blocks of this pool, which
+        // is `pool` per contract; `len` is 0 now.
+        unsafe { release_slots(&self.blocks[..count], pool) };
     }
 
     /// Returns every stashed block to the pool (one CAS).
@@ -242,4 +232,16 @@ impl<P: Deref<Target = BlockPool>, const N: usize> Drop for BlockCache<P, N> {
     fn drop(&mut self) {
         self.flush();
     }
+}
+
+/// Moves the blocks out of `slots` and returns them to `pool` in one push.
+///
+/// # Safety
+/// Every slot holds a block of `pool` that its cache no longer counts, so
+/// each is moved out (and released) exactly once.
+unsafe fn release_slots(slots: &[MaybeUninit<RawBlock>], pool: &BlockPool) {
+    // SAFETY: per contract.
+    let blocks = slots.iter().map(|slot| unsafe { slot.assume_init_read() });
+    // SAFETY: per contract: this pool's blocks, released once.
+    unsafe { pool.release_raw_all(blocks) };
 }

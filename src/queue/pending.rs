@@ -919,7 +919,13 @@ impl<B: Backend> QueueState<B> {
         // Finished inside its own direct submission, on this thread: its
         // submitter (and the caller's handles) outlive this call.
         let id = action.as_ptr().cast_const().cast::<()>();
-        let inline = DIRECT.with(|d| d.get() == id && d.replace(std::ptr::null()) == id);
+        let inline = DIRECT.with(|d| {
+            let mine = d.get() == id;
+            if mine {
+                d.set(std::ptr::null());
+            }
+            mine
+        });
         // Signals fire timepoints, whose callbacks may panic: every signal
         // is still made, the action still freed and its reference given
         // up; then the first panic goes on unwinding.
