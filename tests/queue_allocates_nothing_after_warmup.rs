@@ -28,18 +28,17 @@ fn submit_complete_cycles_allocate_nothing() {
         cycle(i);
     }
     q.backend().clear_log();
-    // Counted on this thread only (everything measured runs here): the
-    // test harness's main thread records the running test (a map insert)
-    // while the test starts, 4 allocations of its own, at a moment a busy
-    // machine may put inside the window (a 50 ms sleep used to wait it out).
-    let before = common::thread_allocations();
+    // Every thread but the harness's counts (the harness's main thread
+    // records the running test, 4 allocations, at a moment a busy machine
+    // may put inside the window).
+    let before = common::allocations();
     for i in 1000..101_000 {
         cycle(i);
         if i % 500 == 0 {
             q.backend().clear_log();
         }
     }
-    let allocations = common::thread_allocations() - before;
+    let allocations = common::allocations() - before;
     assert_eq!(
         allocations, 0,
         "100k submissions allocated {allocations} times"

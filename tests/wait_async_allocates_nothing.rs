@@ -50,14 +50,14 @@ fn wait_async_allocates_nothing_after_warmup() {
     for v in 1..=100 {
         cycle(&s, v, &w);
     }
-    // Counted on this thread only: everything measured runs here, and the
-    // harness's main thread allocated 4 times in this window about once
-    // in 30 runs on a busy machine (its first wait for the test).
-    let before = common::thread_allocations();
+    // Every thread but the harness's counts (its main thread allocated 4
+    // times in this window about once in 30 runs on a busy machine, when
+    // it first waited for the test).
+    let before = common::allocations();
     for v in 101..=100_100 {
         cycle(&s, v, &w);
     }
-    let after = common::thread_allocations();
+    let after = common::allocations();
     assert_eq!(
         after - before,
         0,

@@ -16,9 +16,6 @@ std::thread_local! {
     /// This thread's allocations (const, no destructor: reading it never
     /// allocates, even from the allocator or during thread exit).
     static MINE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-std::thread_local! {
     /// Set on the harness's threads, whose allocations `allocations` does
     /// not count (const, no destructor, as `MINE`).
     static HARNESS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -77,10 +74,8 @@ impl Drop for Serial {
     }
 }
 
-/// Allocations (and reallocations) so far on the calling thread: for a
-/// test whose measured work all runs on its own thread, so that the test
-/// harness's main thread (which may allocate while it first waits for the
-/// test, late on a busy machine) is not counted.
+/// Allocations (and reallocations) so far on the calling thread, counted
+/// whether or not it is the harness's.
 #[allow(dead_code)]
 pub fn thread_allocations() -> usize {
     MINE.with(|m| m.get())
