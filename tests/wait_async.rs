@@ -265,3 +265,33 @@ fn tokio_select_drops_the_losing_wait() {
     // The losing future was dropped: nothing left on `other`.
     assert_eq!(other.timepoints_registered(), 0);
 }
+
+/// The future's timepoint is a pooled node, not inline, so the future is
+/// `Unpin`: polled (registered), moved, and polled again, it resolves;
+/// moved and dropped while registered, it is never woken and leaves
+/// nothing registered.
+#[test]
+fn a_registered_future_can_be_moved() {
+    fn assert_unpin<T: Unpin>(_: &T) {}
+    let s = Semaphore::new(0);
+    let (count, w) = counting();
+    let mut f = s.wait_async(1);
+    assert_unpin(&f);
+    assert!(poll_once(Pin::new(&mut f), &w).is_pending());
+    let mut moved = Box::new(f);
+    let (dropped_count, wd) = counting();
+    let mut g = s.wait_async(2);
+    assert!(poll_once(Pin::new(&mut g), &wd).is_pending());
+    let g = Box::new(g);
+    assert_eq!(s.timepoints_registered(), 2);
+    drop(g);
+    assert_eq!(s.timepoints_registered(), 1);
+    s.signal(2).unwrap();
+    assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    assert_eq!(dropped_count.0.load(Ordering::SeqCst), 0);
+    assert!(matches!(
+        poll_once(Pin::new(&mut *moved), &w),
+        Poll::Ready(Ok(()))
+    ));
+    assert_eq!(s.timepoints_registered(), 0);
+}

@@ -1,6 +1,7 @@
 //! With a counting global allocator: polling, registering, signalling and
 //! dropping `wait_async` futures allocates nothing after warm-up (the
-//! timepoint lives in the future; the waker here is a static one).
+//! timepoint is a node from a pool that the first semaphore fills; the
+//! waker here is a static one).
 
 use std::future::Future;
 use std::pin::pin;

@@ -268,3 +268,164 @@ fn fail_racing_a_registration_and_a_signal_answers_each_once() {
         }
     });
 }
+
+/// Counts an abandonable timepoint's callbacks: a firing in the low half
+/// (`Ok` or `Err` alike), a hand-back of an abandoned one in the high.
+unsafe fn track(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
+    // SAFETY: the counter outlives every timepoint of the model.
+    let tp = unsafe { tp.as_ref() };
+    let counter = unsafe { &*tp.context().cast::<AtomicUsize>() };
+    let unit = if tp.is_abandoned() { 1 << 16 } else { 1 };
+    counter.fetch_add(unit, Ordering::SeqCst);
+}
+
+/// A heap abandonable timepoint, freed by the model once every thread is
+/// joined and the semaphore is dropped (so a hand-back that came too early
+/// shows in the counts instead of as a use after free).
+fn abandonable(value: u64, counter: &AtomicUsize) -> Tp {
+    let tp = Box::new(Timepoint::abandonable(
+        value,
+        track,
+        (counter as *const AtomicUsize).cast(),
+    ));
+    Tp(NonNull::from(Box::leak(tp)))
+}
+
+/// What `abandon`'s answer promises, once every thread is done: `true`,
+/// the callback ran once to hand the timepoint back and it never fired;
+/// `false`, it fired once and was never handed back. Nothing stays
+/// registered.
+fn assert_abandoned_or_fired(abandoned: bool, counter: &AtomicUsize, s: &Semaphore) {
+    let (fired, released) = {
+        let c = counter.load(Ordering::SeqCst);
+        (c & 0xffff, c >> 16)
+    };
+    if abandoned {
+        assert_eq!(
+            (fired, released),
+            (0, 1),
+            "abandoned: handed back once, never fired"
+        );
+    } else {
+        assert_eq!((fired, released), (1, 0), "not abandoned: fired once");
+    }
+    assert_eq!(s.timepoints_registered(), 0, "nothing stays registered");
+}
+
+// Catches: an abandoned timepoint that still fires, or that is handed
+// back twice or not at all, when `abandon` races the signal that reaches
+// it. Mutations checked: a firing that does not claim the timepoint
+// (`claim_fire` always `true`): the failure model below sees it fired and
+// handed back; the removal that does not unlink a still linked
+// timepoint: loom reports a data race (the scan reads the timepoint its
+// callback hands back).
+#[test]
+fn abandon_racing_signal_fires_or_hands_back_exactly_once() {
+    loom::model(|| {
+        let s = Semaphore::new(0);
+        let counter = Arc::new(AtomicUsize::new(0));
+        let tp = abandonable(1, &counter);
+        // SAFETY: `tp` outlives the semaphore (dropped after it).
+        assert!(matches!(unsafe { s.register(tp.0) }, Registration::Pending));
+        let signaller = {
+            let s = s.clone();
+            thread::spawn(move || s.signal(1).unwrap())
+        };
+        // SAFETY: registered on `s` (`Pending`), abandoned once.
+        let abandoned = unsafe { s.abandon(tp.0) };
+        signaller.join().unwrap();
+        assert_abandoned_or_fired(abandoned, &counter, &s);
+        drop(s);
+        drop(tp);
+    });
+}
+
+// Catches: a timepoint abandoned right after its registration, while
+// another thread holds the list's turn and has not merged the
+// registration yet, being handed back before it is merged (and then
+// linked for good). `abandon` never waits: the holder serves it.
+// Mutation checked: the round taking the removals after the inbox: the
+// holder hands the timepoint back, then merges it from the inbox, and it
+// stays registered.
+#[test]
+fn abandon_while_another_thread_holds_the_turn_is_served_by_it() {
+    loom::model(|| {
+        let s = Semaphore::new(0);
+        let counter = Arc::new(AtomicUsize::new(0));
+        let other = Arc::new(AtomicUsize::new(0));
+        let (tp, kept) = (abandonable(5, &counter), abandonable(2, &other));
+        let registrar = {
+            let s = s.clone();
+            let kept = kept.0.as_ptr() as usize;
+            thread::spawn(move || {
+                let kept = NonNull::new(kept as *mut Timepoint).unwrap();
+                // SAFETY: `kept` outlives the semaphore.
+                let _ = unsafe { s.register(kept) };
+                s.signal(2).unwrap();
+            })
+        };
+        // SAFETY: `tp` outlives the semaphore.
+        assert!(matches!(unsafe { s.register(tp.0) }, Registration::Pending));
+        // SAFETY: registered on `s`, abandoned once.
+        let abandoned = unsafe { s.abandon(tp.0) };
+        assert!(abandoned, "5 is never reached");
+        registrar.join().unwrap();
+        assert_eq!(other.load(Ordering::SeqCst), 1, "the kept one fired once");
+        assert_abandoned_or_fired(abandoned, &counter, &s);
+        drop(s);
+        drop((tp, kept));
+    });
+}
+
+// Catches: an abandoned timepoint fired with the failure, or never handed
+// back, when `abandon` races `fail`. Mutation checked: the failure path
+// not claiming what it unlinks (`keep_claimed` removed): fired and handed
+// back.
+#[test]
+fn abandon_racing_fail_fires_or_hands_back_exactly_once() {
+    loom::model(|| {
+        let s = Semaphore::new(0);
+        let counter = Arc::new(AtomicUsize::new(0));
+        let tp = abandonable(1, &counter);
+        // SAFETY: `tp` outlives the semaphore.
+        assert!(matches!(unsafe { s.register(tp.0) }, Registration::Pending));
+        let failer = {
+            let s = s.clone();
+            thread::spawn(move || s.fail(Error::new(ErrorKind::Aborted, "x")))
+        };
+        // SAFETY: registered on `s`, abandoned once.
+        let abandoned = unsafe { s.abandon(tp.0) };
+        failer.join().unwrap();
+        assert_abandoned_or_fired(abandoned, &counter, &s);
+        drop(s);
+        drop(tp);
+    });
+}
+
+// Catches, in the real host wait: a node of `wait_any` that the wait no
+// longer needs (another entry was reached) fired after the wait returned
+// (the liveness check), or left registered. The wait abandons it while
+// the other thread's signal may be firing it. Also catches `wait_any`
+// answering a higher index than the lowest reached one (found by this
+// model: `b`'s registration answered `Reached` and the wait returned 1
+// although `a`, registered before, was reached too). Mutation checked:
+// the wait not waiting for a fired node's `done` before giving it back:
+// the callback unparks a wait that is over (loom's notify asserts).
+#[test]
+fn wait_any_gives_up_the_node_it_no_longer_needs() {
+    loom::model(|| {
+        let (a, b) = (Semaphore::new(0), Semaphore::new(0));
+        let signaller = {
+            let (a, b) = (a.clone(), b.clone());
+            thread::spawn(move || {
+                a.signal(1).unwrap();
+                b.signal(1).unwrap();
+            })
+        };
+        let i = fenceline::wait_any(&[(&a, 1), (&b, 1)], Timeout::Never).unwrap();
+        signaller.join().unwrap();
+        assert_eq!(i, 0, "a is signalled first");
+        assert_eq!(a.timepoints_registered(), 0);
+        assert_eq!(b.timepoints_registered(), 0);
+    });
+}

@@ -33,9 +33,10 @@ fn poll<F: Future>(f: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
 // the signaller's callback still used the node: the crate's liveness
 // check, under the model checker, panics in the callback), and a
 // timepoint left registered after the drop (the second signal would fire
-// it). Mutation checked: the drop's wait for `done` after a failed cancel
-// removed: the callback's liveness check panics ("use after free: a
-// wait_async future (its callback running)").
+// it). The drop abandons the timepoint (never waits for the signaller)
+// unless it fired. Mutation checked: the drop's wait for `done` after a
+// failed abandon removed: the callback's liveness check panics ("use
+// after free: a wait_async future's node ...").
 #[test]
 fn a_dropped_wait_future_is_never_touched_by_the_signal() {
     loom::model(|| {

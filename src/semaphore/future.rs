@@ -1,14 +1,18 @@
 //! Awaiting a semaphore from any async runtime: [`Semaphore::wait_async`].
 //!
-//! The future owns its timepoint (inside the pinned future: no
-//! allocation) and an [`AtomicWaker`]-style slot for the waker of the
-//! task that polls it. The first poll checks the value, stores the waker
-//! and registers the timepoint; the timepoint's callback, on the thread
-//! that signals, takes the waker out, publishes the outcome and marks the
-//! node done (its last access to the future), then wakes the task.
-//! Dropping the future before that cancels the timepoint; if the callback
-//! is already running, the drop waits the few instructions until it is
-//! done with the node, so no callback touches a dropped future.
+//! The future holds a node from the wait nodes' pool (see `node_pool`:
+//! no allocation once the pool is warm): its timepoint and an
+//! [`AtomicWaker`]-style slot for the waker of the task that polls it.
+//! The first poll checks the value, takes a node, stores the waker and
+//! registers the timepoint; the timepoint's callback, on the thread that
+//! signals, takes the waker out, publishes the outcome and marks the node
+//! done (its last access), then wakes the task, and the future gives the
+//! node back when it sees `done`. Dropping the future before that
+//! abandons the timepoint (`Semaphore::abandon`: never waits for another
+//! thread; the semaphore hands the node back later, and never wakes the
+//! task); if the callback is already firing, the drop waits the few
+//! instructions until it is done with the node, so no waker is called
+//! after the drop returns.
 //!
 //! Waker replacement (a poll with another task's waker) races the
 //! callback safely: the slot's state word lets exactly one of the two own
@@ -18,11 +22,11 @@
 //! waker that nobody will wake).
 
 use std::future::Future;
-use std::marker::PhantomPinned;
 use std::pin::Pin;
 use std::ptr::NonNull;
 use std::task::{Context, Poll, Waker};
 
+use super::node_pool;
 use super::semaphore::{Registration, Semaphore};
 use super::timepoint::Timepoint;
 use crate::error::Error;
@@ -104,7 +108,8 @@ impl AtomicWaker {
     }
 }
 
-/// The part of a [`WaitFuture`] the semaphore's list points into.
+/// A [`WaitFuture`]'s node in the wait nodes' pool: what the semaphore's
+/// list points to.
 #[repr(C)]
 struct Node {
     /// First field: the callback gets a pointer to it and casts back.
@@ -112,15 +117,18 @@ struct Node {
     waker: AtomicWaker,
     /// The callback's outcome, written before `done` is set.
     result: UnsafeCell<Option<Result<(), Error>>>,
-    /// Set by the callback as its last access to the node (Release).
+    /// Set by the callback as its last access to the node when it fires
+    /// (Release).
     done: AtomicBool,
+    /// The node's block in the pool.
+    index: u32,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum State {
     /// Not polled yet: nothing registered.
     New,
-    /// The timepoint is registered: the callback or a cancel ends it.
+    /// The timepoint is registered: the callback or an abandon ends it.
     Registered,
     /// Finished (the callback ran, or the answer came without one).
     Done,
@@ -129,25 +137,26 @@ enum State {
 /// The future of [`Semaphore::wait_async`]: resolves to `Ok(())` once the
 /// semaphore reaches the value, or to its failure.
 ///
-/// Needs no runtime (only [`Waker`]) and allocates nothing: its timepoint
-/// lives inside it, so it must stay pinned while registered (`.await`
-/// pins it). Polling it with a different waker replaces the stored one.
-/// Dropping it before it resolves unregisters it: no callback touches it
-/// afterwards (if the semaphore is signalling it at that moment, the drop
-/// waits the few instructions the callback still needs).
+/// Needs no runtime (only [`Waker`]) and allocates nothing once the wait
+/// nodes' pool is warm: its timepoint is a pooled node, so the future is
+/// `Unpin` and may be moved between polls. Polling it with a different
+/// waker replaces the stored one. Dropping it before it resolves gives
+/// its registration up without waiting for any thread: its waker is never
+/// called afterwards (if the semaphore is firing it at that moment, the
+/// drop waits the few instructions the callback still needs).
 #[must_use = "futures do nothing unless polled"]
 pub struct WaitFuture<'a> {
     semaphore: &'a Semaphore,
     value: u64,
     state: State,
-    node: UnsafeCell<Node>,
-    _pinned: PhantomPinned,
+    /// From the first poll that registers until the node goes back.
+    node: Option<NonNull<Node>>,
 }
 
 // SAFETY: the node is touched by the polling thread (through `&mut self`)
-// and by the callback only under the protocol above (the waker slot's
-// state word, then `done`); `Timepoint` and `Waker` are `Send`, and
-// `Semaphore` is `Sync`.
+// and by the callback only under the protocol above (the timepoint's
+// claim, the waker slot's state word, then `done`); `Timepoint` and
+// `Waker` are `Send`, and `Semaphore` is `Sync`.
 unsafe impl Send for WaitFuture<'_> {}
 
 impl std::fmt::Debug for WaitFuture<'_> {
@@ -159,14 +168,27 @@ impl std::fmt::Debug for WaitFuture<'_> {
     }
 }
 
-/// Callback of an async wait's timepoint.
+/// Callback of an async wait's timepoint: publish the outcome and wake
+/// the task, or hand back an abandoned node.
 ///
 /// # Safety
-/// `tp` is the `tp` field of the `Node` of a live `WaitFuture`, which
-/// stays alive until `done` is set (its drop waits for that).
+/// `tp` is the `tp` field of a live pooled `Node`. Unless abandoned, its
+/// future keeps it until `done` is set (its drop waits for that);
+/// abandoned, the node is the callback's.
 unsafe fn wake(tp: NonNull<Timepoint>, result: Result<(), Error>) {
     let node = tp.cast::<Node>().as_ptr();
-    liveness::check(node, "a wait_async future (its timepoint fired)");
+    // SAFETY: alive (contract).
+    let abandoned = unsafe { tp.as_ref() }.is_abandoned();
+    liveness::check(node, "a wait_async future's node (its timepoint fired)");
+    if abandoned {
+        // The future was dropped and gave the node up: ours to hand back
+        // (with any waker still stored, never woken).
+        // SAFETY: as above; `index` was written at acquire.
+        let index = unsafe { (*node).index };
+        // SAFETY: from the pool with `index`; not used after.
+        unsafe { node_pool::release(tp.cast::<Node>(), index) };
+        return;
+    }
     // Field projections, not `&Node`: the poller reads other fields
     // meanwhile.
     // SAFETY: alive until `done` is set (contract).
@@ -223,36 +245,39 @@ impl Semaphore {
             semaphore: self,
             value,
             state: State::New,
-            node: UnsafeCell::new(Node {
-                tp: Timepoint::new(value, wake, std::ptr::null()),
-                waker: AtomicWaker::new(),
-                result: UnsafeCell::new(None),
-                done: AtomicBool::new(false),
-            }),
-            _pinned: PhantomPinned,
+            node: None,
         }
     }
 }
 
 impl WaitFuture<'_> {
-    /// The node, through the cell's raw pointer (the semaphore holds
-    /// pointers derived from the same place while registered).
+    /// The node (only while it has one).
     fn node(&self) -> *mut Node {
-        self.node.with_mut(|n| n)
+        self.node.map_or(std::ptr::null_mut(), NonNull::as_ptr)
     }
 
-    /// The callback's outcome, once `done` is seen.
-    fn outcome(&self) -> Option<Result<(), Error>> {
-        let node = self.node();
-        // SAFETY: the node lives in `self`; `done` is atomic.
-        if !unsafe { &*std::ptr::addr_of!((*node).done) }.load(Ordering::Acquire) {
+    /// The callback's outcome, once `done` is seen; the node then goes
+    /// back to the pool.
+    fn outcome(&mut self) -> Option<Result<(), Error>> {
+        let node = self.node?;
+        let p = node.as_ptr();
+        // SAFETY: the node is ours until we release it; `done` is atomic.
+        if !unsafe { &*std::ptr::addr_of!((*p).done) }.load(Ordering::Acquire) {
             return None;
         }
         // SAFETY: the callback wrote it before `done` (acquired above) and
         // never touches the node again.
-        let r =
-            unsafe { &*std::ptr::addr_of!((*node).result) }.with_mut(|r| unsafe { (*r).take() });
+        let r = unsafe { &*std::ptr::addr_of!((*p).result) }.with_mut(|r| unsafe { (*r).take() });
+        self.give_back(node);
         Some(r.unwrap_or(Ok(())))
+    }
+
+    /// Returns the node to the pool.
+    fn give_back(&mut self, node: NonNull<Node>) {
+        self.node = None;
+        // SAFETY: ours (no semaphore or callback uses it any more), from
+        // the pool with this index.
+        unsafe { node_pool::release(node, (*node.as_ptr()).index) };
     }
 }
 
@@ -260,9 +285,7 @@ impl Future for WaitFuture<'_> {
     type Output = Result<(), Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: nothing is moved out of the future; the node stays where
-        // it is (the future is `!Unpin`).
-        let this = unsafe { self.get_unchecked_mut() };
+        let this = self.get_mut();
         match this.state {
             State::New => {
                 match this.semaphore.query() {
@@ -276,25 +299,36 @@ impl Future for WaitFuture<'_> {
                     }
                     Ok(_) => {}
                 }
-                let node = this.node();
+                let value = this.value;
+                let node = match node_pool::acquire(|index| Node {
+                    tp: Timepoint::abandonable(value, wake, std::ptr::null()),
+                    waker: AtomicWaker::new(),
+                    result: UnsafeCell::new(None),
+                    done: AtomicBool::new(false),
+                    index,
+                }) {
+                    Ok(node) => node,
+                    Err(e) => {
+                        this.state = State::Done;
+                        return Poll::Ready(Err(e));
+                    }
+                };
+                this.node = Some(node);
                 // SAFETY: not registered yet: only this thread touches it.
-                unsafe { &*std::ptr::addr_of!((*node).waker) }.register(cx.waker());
-                // SAFETY: the node is pinned inside the future, whose drop
-                // cancels the registration (or waits for the callback)
-                // before the memory goes away.
-                let tp = unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node).tp)) };
-                // Under the model checker: the node is live while registered.
-                liveness::born(node);
-                // SAFETY: as above; registered nowhere else.
+                unsafe { &*std::ptr::addr_of!((*node.as_ptr()).waker) }.register(cx.waker());
+                // `tp` is the first field (`repr(C)`).
+                let tp = node.cast::<Timepoint>();
+                // SAFETY: the node stays valid until its callback runs or
+                // we give it back; registered nowhere else.
                 match unsafe { this.semaphore.register(tp) } {
                     Registration::Pending => this.state = State::Registered,
                     Registration::Reached => {
-                        liveness::died(node);
+                        this.give_back(node);
                         this.state = State::Done;
                         return Poll::Ready(Ok(()));
                     }
                     Registration::Failed(e) => {
-                        liveness::died(node);
+                        this.give_back(node);
                         this.state = State::Done;
                         return Poll::Ready(Err(e));
                     }
@@ -337,38 +371,24 @@ impl Future for WaitFuture<'_> {
 
 impl Drop for WaitFuture<'_> {
     fn drop(&mut self) {
-        if self.state != State::Registered {
+        let Some(node) = self.node else { return };
+        // SAFETY: registered on this semaphore (`Pending`: the state says
+        // so while we hold a node), not abandoned before, valid until its
+        // callback runs.
+        if unsafe { self.semaphore.abandon(node.cast::<Timepoint>()) } {
+            // It will never fire; the semaphore hands the node back.
+            self.node = None;
             return;
         }
-        let node = self.node();
-        // Under the model checker: any callback access after this drop
-        // returns is caught.
-        struct Died(*mut Node);
-        impl Drop for Died {
-            fn drop(&mut self) {
-                // A modelled access to the node, so that the model checker
-                // orders this drop against the callback's own accesses
-                // (the liveness set is invisible to it).
-                #[cfg(fenceline_loom)]
-                // SAFETY: the node is still alive here.
-                let _ = unsafe { &*std::ptr::addr_of!((*self.0).waker) }
-                    .state
-                    .load(Ordering::Relaxed);
-                liveness::died(self.0);
-            }
-        }
-        let _died = Died(node);
-        // SAFETY: registered on this semaphore, still valid.
-        let tp = unsafe { NonNull::new_unchecked(std::ptr::addr_of_mut!((*node).tp)) };
-        // SAFETY: as above.
-        if unsafe { self.semaphore.cancel(tp) } {
-            return;
-        }
-        // The callback owns the node until it sets `done`, a few
+        // It fired: the callback owns the node until it sets `done`, a few
         // instructions after it was unlinked: wait for that.
         // SAFETY: `done` is atomic, read through the node pointer.
-        while !unsafe { &*std::ptr::addr_of!((*node).done) }.load(Ordering::Acquire) {
+        while !unsafe { &*std::ptr::addr_of!((*node.as_ptr()).done) }.load(Ordering::Acquire) {
             crate::sync::thread::yield_now();
         }
+        self.give_back(node);
     }
 }
+
+#[cfg(not(fenceline_loom))]
+static_assertions::const_assert!(std::mem::size_of::<Node>() <= node_pool::BLOCK);

@@ -3,6 +3,7 @@
 
 pub mod event_pool;
 mod future;
+mod node_pool;
 #[allow(clippy::module_inception)]
 mod semaphore;
 mod timeout;

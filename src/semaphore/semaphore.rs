@@ -22,6 +22,19 @@
 //! before its memory is reused), and then only for another thread's list
 //! work, never for a callback.
 //!
+//! `abandon` gives up a timepoint without waiting: the timepoint's memory
+//! outlives the call (host waits and futures take theirs from a pool), so
+//! the turn's holder may unlink it later. It claims the timepoint with a
+//! CAS (`ARMED` to `ABANDONED`; a firing claims it with the same CAS to
+//! `FIRED`, run by the turn's holder as it unlinks it, so exactly one of
+//! the two wins), pushes it on a lock-free stack of removals and requests
+//! a pass. Each round takes the removals first, then the inbox: a removal
+//! was pushed after its registration, so once the round has seen the one
+//! it sees the other, and the timepoint is linked by the end of the merge
+//! (or was unlinked before, by a scan that found it abandoned and left it
+//! out). The round unlinks it in O(1), and runs its callback with the turn
+//! given back, which hands the memory back.
+//!
 //! No lost wake-up: a registration counts itself in `registered` (an
 //! RMW), pushes on the inbox and requests a pass; the turn's holder counts
 //! what it unlinks in `unlinked` (a load and a release store: one holder
@@ -47,7 +60,7 @@ use super::event_pool::AnyEvent;
 use super::timepoint::Timepoint;
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, TransferStack};
-use crate::semaphore::timepoint::{TimepointInbox, TimepointLink};
+use crate::semaphore::timepoint::{TimepointInbox, TimepointLink, TimepointRemoval};
 use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Arc, Mutex, MutexGuard, UnsafeCell};
 use crate::unwind::FirstPanic;
@@ -99,6 +112,8 @@ struct Inner {
     turn: AtomicUsize,
     /// Registrations not merged into the list yet.
     inbox: TransferStack<TimepointInbox>,
+    /// Abandoned timepoints the turn's holder has not unlinked yet.
+    removals: TransferStack<TimepointRemoval>,
     /// Registered timepoints, ordered by value (ties in registration
     /// order): touched only by the thread holding the turn.
     list: UnsafeCell<DList<TimepointLink>>,
@@ -191,6 +206,7 @@ impl Semaphore {
     /// ```
     #[must_use = "a semaphore nobody holds can be neither signalled nor waited on"]
     pub fn new(initial: u64) -> Semaphore {
+        super::node_pool::warm();
         Semaphore {
             inner: Arc::new(Inner {
                 value: CachePadded::new(AtomicU64::new(initial.min(FAILED_VALUE - 1))),
@@ -199,6 +215,7 @@ impl Semaphore {
                 failure: AtomicPtr::new(ptr::null_mut()),
                 turn: AtomicUsize::new(0),
                 inbox: TransferStack::new(),
+                removals: TransferStack::new(),
                 list: UnsafeCell::new(DList::new()),
                 examined: AtomicU64::new(0),
                 scanned: AtomicU64::new(initial.min(FAILED_VALUE - 1)),
@@ -462,7 +479,10 @@ impl Semaphore {
     /// The one semaphore operation that may wait for another thread: while
     /// a signal, a failure or a registration works on the list (O(k + 1)
     /// list work; callbacks run after it), so that `tp` is unlinked before
-    /// this returns.
+    /// this returns. Host waits and `wait_async` futures never call it: their
+    /// timepoints are pooled and given up with [`abandon`](Self::abandon),
+    /// which never waits. The pending queue calls it only when it is torn
+    /// down or fails, and the executor when a graph's wait task expires.
     ///
     /// # Safety
     /// `tp` is valid and was registered on this semaphore (or never
@@ -470,11 +490,16 @@ impl Semaphore {
     #[must_use = "`false` means the callback is running or ran: the timepoint may not be reused until it is done"]
     pub unsafe fn cancel(&self, tp: NonNull<Timepoint>) -> bool {
         let inner = &*self.inner;
+        // SAFETY: valid per contract.
+        debug_assert!(
+            unsafe { tp.as_ref() }.is_plain(),
+            "an abandonable timepoint is given up with `abandon`"
+        );
         inner.take_turn();
-        let (mut reached, mut failed) = (DList::new(), DList::new());
+        let mut out = Unlinked::default();
         // Serves the requests so far, which links `tp` if it is still in
         // the inbox (or fires it, if its value is reached).
-        inner.round(true, &mut reached, &mut failed);
+        inner.round(true, &mut out);
         // SAFETY: we hold the turn.
         let list = unsafe { inner.list_mut() };
         // SAFETY: valid per contract; `linked` is the turn holder's.
@@ -487,8 +512,38 @@ impl Semaphore {
             }
             inner.count_unlinked(1);
         }
-        inner.finish_turn(reached, failed);
+        inner.finish_turn(out);
         linked
+    }
+
+    /// Gives up an [abandonable](Timepoint::abandonable) registered
+    /// timepoint without waiting for any thread: `true` means it will
+    /// never fire (its callback runs once later, maybe on another thread
+    /// or before this returns, only to hand its memory back: see
+    /// [`Timepoint::is_abandoned`]); `false` means it fired or is firing
+    /// (as for [`cancel`](Self::cancel)).
+    ///
+    /// Lock-free: one CAS on the timepoint, a push on the semaphore's
+    /// stack of removals, and a request for a pass, which the thread
+    /// holding the list's turn serves if there is one (it unlinks the
+    /// timepoint in O(1)), or else this one.
+    ///
+    /// # Safety
+    /// `tp` was made with [`Timepoint::abandonable`], registered on this
+    /// semaphore (`register` answered `Pending`), and not abandoned
+    /// before; its memory stays valid until its callback runs.
+    #[must_use = "`false` means the callback is running or ran: the timepoint may not be reused until it is done"]
+    pub unsafe fn abandon(&self, tp: NonNull<Timepoint>) -> bool {
+        // SAFETY: valid per contract.
+        if !unsafe { tp.as_ref() }.claim_abandon() {
+            return false;
+        }
+        let inner = &*self.inner;
+        // SAFETY: registered here and abandoned once (contract), so on no
+        // other removal stack; the removal links are used by nothing else.
+        inner.removals.push(unsafe { Handle::from_raw(tp) });
+        inner.request_pass();
+        true
     }
 
     /// Timepoints this semaphore has compared or unlinked so far: a cost
@@ -587,9 +642,10 @@ impl Inner {
     }
 
     /// Moves the inbox into the list, each at its place by value, or into
-    /// `reached` if `current` reaches it. O(1) per timepoint when values
-    /// are registered in increasing order (the common chain), O(n) at
-    /// worst. Returns how many went to `reached`.
+    /// `reached` if `current` reaches it (unless it was abandoned: then
+    /// it only leaves the inbox). O(1) per timepoint when values are
+    /// registered in increasing order (the common chain), O(n) at worst.
+    /// Returns how many were not linked.
     fn merge_inbox(
         &self,
         list: &mut DList<TimepointLink>,
@@ -604,8 +660,13 @@ impl Inner {
             let target = unsafe { tp.as_ref() }.value();
             examined += 1;
             if target <= current {
-                // SAFETY: off the inbox, so in no list through these links.
-                reached.push_back(unsafe { Handle::from_raw(tp) });
+                // SAFETY: registered timepoints are valid until fired.
+                if unsafe { tp.as_ref() }.claim_fire() {
+                    // SAFETY: off the inbox, so in no list through these
+                    // links.
+                    reached.push_back(unsafe { Handle::from_raw(tp) });
+                }
+                // (Abandoned: its removal hands it back.)
                 fired += 1;
                 continue;
             }
@@ -665,28 +726,35 @@ impl Inner {
     /// `requested`: the turn was taken with `REQUEST` set, which the
     /// first round clears.
     fn pass(&self, requested: bool) {
-        let (mut reached, mut failed) = (DList::new(), DList::new());
-        self.round(requested, &mut reached, &mut failed);
-        self.finish_turn(reached, failed);
+        let mut out = Unlinked::default();
+        self.round(requested, &mut out);
+        self.finish_turn(out);
     }
 
     /// One pass, by the turn's holder: serves every request made so far.
     /// Reads the value, unlinks what it reaches (only if it moved since the
     /// last scan: O(k + 1) for k unlinked), merges the inbox; everything
-    /// if the semaphore failed.
+    /// if the semaphore failed. Then unlinks the abandoned timepoints
+    /// (O(1) each) into `out.released`.
     /// `requested`: `REQUEST` may be set (it is cleared first); without
     /// it, the turn was taken from 0 and no request is pending.
-    fn round(
-        &self,
-        requested: bool,
-        reached: &mut DList<TimepointLink>,
-        failed: &mut DList<TimepointLink>,
-    ) {
+    fn round(&self, requested: bool, out: &mut Unlinked) {
         if requested {
             // Acquire: what requesters did before asking (inbox pushes) is
             // visible.
             self.turn.fetch_and(!REQUEST, Ordering::Acquire);
         }
+        // Taken before the inbox: an abandoned timepoint was registered
+        // (pushed on the inbox) before it was pushed here, so taking this
+        // push (acquire) makes that one visible to the inbox's `take_all`
+        // below: every timepoint taken here is in the list by the end of
+        // the merge, or was unlinked before.
+        let mut removals = self.removals.take_all();
+        let Unlinked {
+            reached,
+            failed,
+            released,
+        } = out;
         // SAFETY: we hold the turn.
         let list = unsafe { self.list_mut() };
         // A read-modify-write: the latest value, ordered with signals'
@@ -700,6 +768,7 @@ impl Inner {
             let all = &mut list.take_all();
             unlinked += all.len();
             mark_unlinked(all);
+            keep_claimed(all);
             failed.append(all);
         } else {
             if current != self.scanned.load(Ordering::Relaxed) {
@@ -715,7 +784,12 @@ impl Inner {
                     unsafe { node.as_ref() }
                         .linked
                         .with_mut(|l| unsafe { *l = false });
-                    reached.extend(list.pop_front());
+                    let taken = list.pop_front();
+                    // SAFETY: as above.
+                    if unsafe { node.as_ref() }.claim_fire() {
+                        reached.extend(taken);
+                    }
+                    // (Abandoned: its removal hands it back.)
                     unlinked += 1;
                 }
                 self.add_examined(examined);
@@ -723,12 +797,30 @@ impl Inner {
             }
             unlinked += self.merge_inbox(list, current, reached);
         }
+        while let Some(handle) = removals.pop_front() {
+            let tp = handle.into_raw();
+            // SAFETY: an abandoned timepoint stays valid until its callback
+            // runs, which only we make happen (below, from `released`);
+            // the flag is the turn holder's.
+            let linked = unsafe { tp.as_ref() }.linked.with(|l| unsafe { *l });
+            if linked {
+                // SAFETY: linked in this list (the flag says so).
+                unsafe {
+                    let _ = list.remove(tp);
+                    tp.as_ref().linked.with_mut(|l| *l = false);
+                }
+                unlinked += 1;
+            }
+            // SAFETY: in no list through these links now: unlinked above,
+            // or earlier by a scan or merge that found it abandoned.
+            released.push_back(unsafe { Handle::from_raw(tp) });
+        }
         self.count_unlinked(unlinked);
     }
 
     /// Gives the turn back, passing again while requests came in since the
     /// last pass, then fires `reached` and `failed` with no turn held.
-    fn finish_turn(&self, mut reached: DList<TimepointLink>, mut failed: DList<TimepointLink>) {
+    fn finish_turn(&self, mut out: Unlinked) {
         // Release: the next holder takes the list as we leave it. Fails
         // while a request came in since the last pass: pass again.
         while self
@@ -736,12 +828,15 @@ impl Inner {
             .compare_exchange(LOCKED, 0, Ordering::Release, Ordering::Relaxed)
             .is_err()
         {
-            self.round(true, &mut reached, &mut failed);
+            self.round(true, &mut out);
         }
         let mut panicked = FirstPanic::default();
-        panicked.run(|| fire_all(reached, Ok(())));
-        if !failed.is_empty() {
-            panicked.run(|| fire_all(failed, Err(self.failure())));
+        panicked.run(|| fire_all(out.reached, Ok(())));
+        if !out.failed.is_empty() {
+            panicked.run(|| fire_all(out.failed, Err(self.failure())));
+        }
+        if !out.released.is_empty() {
+            panicked.run(|| fire_all(out.released, Err(abandoned())));
         }
         panicked.resume();
     }
@@ -763,6 +858,37 @@ impl Inner {
             FAILED_VALUE => Some(Registration::Failed(self.failure())),
             v if v >= target => Some(Registration::Reached),
             _ => None,
+        }
+    }
+}
+
+/// What the turn's holder unlinked, to run with the turn given back.
+#[derive(Default)]
+struct Unlinked {
+    /// Reached: fire with `Ok`.
+    reached: DList<TimepointLink>,
+    /// The semaphore failed: fire with its failure.
+    failed: DList<TimepointLink>,
+    /// Abandoned: run to hand their memory back.
+    released: DList<TimepointLink>,
+}
+
+/// The result an abandoned timepoint's callback gets (it ignores it).
+fn abandoned() -> Error {
+    Error::new(ErrorKind::Cancelled, "timepoint abandoned")
+}
+
+/// Drops from `taken` (just unlinked, flags cleared) every timepoint that
+/// was abandoned: its removal hands it back, it never fires.
+fn keep_claimed(taken: &mut DList<TimepointLink>) {
+    let mut at = taken.front();
+    while let Some(node) = at {
+        // SAFETY: `node` is linked in `taken`.
+        at = unsafe { taken.next(node) };
+        // SAFETY: valid until fired or handed back.
+        if !unsafe { node.as_ref() }.claim_fire() {
+            // SAFETY: linked in `taken`.
+            let _ = unsafe { taken.remove(node) };
         }
     }
 }
@@ -799,24 +925,38 @@ impl Drop for Inner {
         // `&mut self`: the turn is ours.
         // SAFETY: exclusive access.
         let list = unsafe { self.list_mut() };
+        // Removals first, as in a round (see there).
+        let mut removals = self.removals.take_all();
         let mut stranded = DList::new();
         let _ = self.merge_inbox(list, FAILED_VALUE, &mut stranded);
         let mut rest = list.take_all();
+        mark_unlinked(&rest);
+        keep_claimed(&mut rest);
         stranded.append(&mut rest);
-        mark_unlinked(&stranded);
+        let mut released = DList::new();
+        while let Some(handle) = removals.pop_front() {
+            // SAFETY: every timepoint is unlinked now (the list is empty);
+            // an abandoned one is in no list through these links.
+            released.push_back(unsafe { Handle::from_raw(handle.into_raw()) });
+        }
         *self.lock_device() = Default::default();
-        fire_all(
-            stranded,
-            Err(Error::new(
-                ErrorKind::Cancelled,
-                "semaphore dropped while timepoints were registered",
-            )),
-        );
+        let mut panicked = FirstPanic::default();
+        panicked.run(|| {
+            fire_all(
+                stranded,
+                Err(Error::new(
+                    ErrorKind::Cancelled,
+                    "semaphore dropped while timepoints were registered",
+                )),
+            )
+        });
+        panicked.run(|| fire_all(released, Err(abandoned())));
         let p = self.failure.swap(ptr::null_mut(), Ordering::Relaxed);
         if !p.is_null() {
             // SAFETY: set once from `Box::into_raw`, freed once here.
             drop(unsafe { Box::from_raw(p) });
         }
+        panicked.resume();
     }
 }
 

@@ -18,6 +18,20 @@
 //! owner must let the callback finish with the timepoint before reusing or
 //! freeing it. From the moment the callback starts, the timepoint belongs to
 //! the callback (it may free it).
+//!
+//! `cancel` waits while another thread works on the semaphore's list (it
+//! must unlink the timepoint before its memory can go). An
+//! [abandonable](Timepoint::abandonable) timepoint, whose memory the
+//! callback can free, is given up instead with
+//! [`Semaphore::abandon`](crate::Semaphore::abandon), which never waits:
+//! - `true`: the timepoint will never *fire*. It stays the semaphore's
+//!   until the thread holding the list's turn unlinks it, which then runs
+//!   the callback once more to hand the memory back: the callback sees
+//!   [`is_abandoned`](Timepoint::is_abandoned) and must only free it.
+//! - `false`: it fired or is firing (as `cancel`'s `false`).
+//!
+//! Exactly one of the two happens: a firing claims the timepoint with a
+//! CAS, and so does `abandon`.
 
 use std::fmt;
 use std::ptr::NonNull;
@@ -25,7 +39,17 @@ use std::ptr::NonNull;
 use crate::error::Error;
 use crate::list::{DoubleLinks, SingleLinks};
 use crate::pool::{BlockPool, BlockPoolConfig, RawBlock};
+use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::UnsafeCell;
+
+/// `Timepoint::claim`: a plain timepoint (only `cancel` ends it early).
+const PLAIN: u8 = 0;
+/// `Timepoint::claim`: abandonable, registered, neither fired nor abandoned.
+const ARMED: u8 = 1;
+/// `Timepoint::claim`: claimed by a firing.
+const FIRED: u8 = 2;
+/// `Timepoint::claim`: claimed by `abandon`.
+const ABANDONED: u8 = 3;
 
 /// What a timepoint runs when it fires: the timepoint itself and `Ok` when
 /// the value was reached, or the semaphore's failure.
@@ -40,12 +64,18 @@ pub struct Timepoint {
     pub(crate) links: DoubleLinks<Timepoint>,
     /// Its place in the semaphore's inbox of new registrations.
     pub(crate) inbox: SingleLinks<Timepoint>,
+    /// Its place in the semaphore's stack of abandoned timepoints.
+    pub(crate) removal: SingleLinks<Timepoint>,
     value: u64,
     callback: TimepointFn,
     context: *const (),
     /// Whether the timepoint is in a semaphore's list; read and written
     /// only by the thread holding that semaphore's turn.
     pub(crate) linked: UnsafeCell<bool>,
+    /// `PLAIN`, or for an abandonable timepoint who ended it: `ARMED`
+    /// (nobody yet), `FIRED` or `ABANDONED` (each set by a CAS from
+    /// `ARMED`, so exactly one wins).
+    claim: AtomicU8,
     /// Block index when the timepoint came from a [`TimepointPool`].
     pool_index: u32,
 }
@@ -58,6 +88,11 @@ crate::link!(
     /// A timepoint's place in its semaphore's inbox, from `register` until
     /// the turn's holder merges it into the list.
     pub(crate) TimepointInbox: SingleLinks<Timepoint> => inbox
+);
+crate::link!(
+    /// An abandoned timepoint's place in its semaphore's stack of
+    /// removals, from `abandon` until the turn's holder unlinks it.
+    pub(crate) TimepointRemoval: SingleLinks<Timepoint> => removal
 );
 
 // SAFETY: the raw context pointer is the owner's business (its callback
@@ -80,15 +115,67 @@ impl Timepoint {
     /// A timepoint for `value` that runs `callback` with `context` available
     /// through [`context`](Self::context).
     pub fn new(value: u64, callback: TimepointFn, context: *const ()) -> Timepoint {
+        Timepoint::with_claim(value, callback, context, PLAIN)
+    }
+
+    /// As [`new`](Self::new), for a timepoint that its owner gives up with
+    /// [`Semaphore::abandon`](crate::Semaphore::abandon) (never waits)
+    /// instead of [`cancel`](crate::Semaphore::cancel). Its callback runs
+    /// exactly once either way: to fire it, or, once abandoned, to hand its
+    /// memory back ([`is_abandoned`](Self::is_abandoned) tells which). One
+    /// registration per timepoint.
+    pub fn abandonable(value: u64, callback: TimepointFn, context: *const ()) -> Timepoint {
+        Timepoint::with_claim(value, callback, context, ARMED)
+    }
+
+    fn with_claim(value: u64, callback: TimepointFn, context: *const (), claim: u8) -> Timepoint {
         Timepoint {
             links: DoubleLinks::new(),
             inbox: SingleLinks::new(),
+            removal: SingleLinks::new(),
             value,
             callback,
             context,
             linked: UnsafeCell::new(false),
+            claim: AtomicU8::new(claim),
             pool_index: u32::MAX,
         }
+    }
+
+    /// For the callback of an abandonable timepoint: `true` when it runs
+    /// to hand the memory back (the timepoint was abandoned, and never
+    /// fires), `false` when it fires.
+    pub fn is_abandoned(&self) -> bool {
+        // Acquire: pairs with `abandon`'s CAS (the callback then frees what
+        // the owner wrote before giving the timepoint up).
+        self.claim.load(Ordering::Acquire) == ABANDONED
+    }
+
+    /// Claims the timepoint for a firing: `false` if it was abandoned (it
+    /// must not fire). One load for a plain timepoint. Run by the thread
+    /// holding the semaphore's turn as it unlinks the timepoint.
+    pub(crate) fn claim_fire(&self) -> bool {
+        // Relaxed load: `PLAIN` never changes.
+        self.claim.load(Ordering::Relaxed) == PLAIN
+            // AcqRel: exactly one of this and `claim_abandon` wins; the
+            // loser's owner then acquires the winner's writes.
+            || self
+                .claim
+                .compare_exchange(ARMED, FIRED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    /// Claims the timepoint for `abandon`: `false` if it fired (or is
+    /// firing), or is not abandonable.
+    pub(crate) fn claim_abandon(&self) -> bool {
+        self.claim
+            .compare_exchange(ARMED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Whether this is an abandonable timepoint (for debug checks).
+    pub(crate) fn is_plain(&self) -> bool {
+        self.claim.load(Ordering::Relaxed) == PLAIN
     }
 
     /// The value this timepoint waits for.

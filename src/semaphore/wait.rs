@@ -2,20 +2,24 @@
 //!
 //! A wait checks the values first (no lock, no allocation), spins briefly,
 //! then registers one timepoint per unreached semaphore and parks. The
-//! timepoints live on the waiting thread's stack (up to [`INLINE_WAITS`]
-//! semaphores; more use one heap array), so a wait allocates nothing. The
-//! semaphores' values stay the source of truth: a timepoint only wakes the
-//! thread, which re-checks, so spurious wake-ups are harmless.
+//! timepoints come from the wait nodes' pool (see `node_pool`), and the
+//! wait keeps track of them on its stack (up to [`INLINE_WAITS`]
+//! semaphores; more use one heap array), so a wait allocates nothing once
+//! the pool is warm. The semaphores' values stay the source of truth: a
+//! timepoint only wakes the thread, which re-checks, so spurious wake-ups
+//! are harmless. A wait that ends before a timepoint fired abandons it
+//! (`Semaphore::abandon`: never waits for another thread).
 
-use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::time::Instant;
 
+use super::node_pool;
 use super::semaphore::{Registration, Semaphore};
 use super::timeout::Timeout;
 use super::timepoint::Timepoint;
 use crate::error::{Error, ErrorKind};
 use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::liveness;
 use crate::sync::thread::{self, Thread};
 
 /// Semaphores one wait can watch without touching the heap.
@@ -153,23 +157,52 @@ struct Waiter {
     woken: AtomicBool,
 }
 
-/// One registered timepoint of a host wait.
+/// One timepoint of a host wait, in the wait nodes' pool.
 #[repr(C)]
 struct WaitNode {
     /// First field: the callback gets a pointer to it and casts back.
     tp: Timepoint,
-    /// Set by the callback as its last access to the node.
+    /// Set by the callback as its last access to the node when it fires.
     done: AtomicBool,
+    /// The node's block in the pool.
+    index: u32,
+}
+
+/// A wait's hold on one node.
+#[derive(Clone, Copy)]
+struct Slot {
+    node: Option<NonNull<WaitNode>>,
+    /// `register` answered `Pending`.
     registered: bool,
 }
 
-/// Callback of a host-wait timepoint: wake the waiter.
+impl Slot {
+    const EMPTY: Slot = Slot {
+        node: None,
+        registered: false,
+    };
+}
+
+/// Callback of a host-wait timepoint: wake the waiter, or hand back an
+/// abandoned node.
 ///
 /// # Safety
-/// `tp` is the `tp` field of a live `WaitNode` whose context is a live
-/// `Waiter` (the waiting thread keeps both until `done` is set).
+/// `tp` is the `tp` field of a live `WaitNode`. Unless abandoned, its
+/// context is a live `Waiter` (the waiting thread keeps both until `done`
+/// is set); abandoned, the node is the callback's.
 unsafe fn wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     let node = tp.cast::<WaitNode>();
+    // SAFETY: alive (contract).
+    let abandoned = unsafe { tp.as_ref() }.is_abandoned();
+    liveness::check(node.as_ptr(), "a host wait's node (its callback)");
+    if abandoned {
+        // The wait is over and gave the node up: ours to hand back.
+        // SAFETY: as above; `index` was written at acquire.
+        let index = unsafe { (*node.as_ptr()).index };
+        // SAFETY: from the pool with `index`; not used after.
+        unsafe { node_pool::release(node, index) };
+        return;
+    }
     // SAFETY: both alive until `done` is set below (contract).
     let waiter = unsafe { &*tp.as_ref().context().cast::<Waiter>() };
     let thread = waiter.thread.clone();
@@ -225,64 +258,51 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
         woken: AtomicBool::new(false),
     };
     let context = (&waiter as *const Waiter).cast::<()>();
-    let mut inline: [MaybeUninit<WaitNode>; INLINE_WAITS] =
-        [const { MaybeUninit::uninit() }; INLINE_WAITS];
-    let mut heap: Vec<MaybeUninit<WaitNode>> = Vec::new();
-    let nodes: &mut [MaybeUninit<WaitNode>] = if list.len() <= INLINE_WAITS {
+    let mut inline = [Slot::EMPTY; INLINE_WAITS];
+    let mut heap: Vec<Slot> = Vec::new();
+    let slots: &mut [Slot] = if list.len() <= INLINE_WAITS {
         &mut inline[..list.len()]
     } else {
-        heap.resize_with(list.len(), MaybeUninit::uninit);
+        heap.resize(list.len(), Slot::EMPTY);
         &mut heap[..]
     };
-    for (slot, (_, value)) in nodes.iter_mut().zip(list) {
-        slot.write(WaitNode {
-            tp: Timepoint::new(*value, wake, context),
-            done: AtomicBool::new(false),
-            registered: false,
-        });
-    }
-    // From here on every access to a node goes through `base`, one raw
-    // pointer taken once: the semaphores hold pointers derived from it, and
-    // no `&mut` to a node may be made while they do. The storage is neither
-    // moved nor resized until the nodes are dropped below.
-    let base: *mut WaitNode = nodes.as_mut_ptr().cast();
-    let result = park_until(list, base, &waiter, mode, timeout, deadline);
-    unregister(list, base);
-    for i in 0..list.len() {
-        // SAFETY: every node was written above and is dropped once.
-        unsafe { std::ptr::drop_in_place(base.add(i)) };
-    }
+    let result = park_until(list, slots, &waiter, context, mode, timeout, deadline);
+    unregister(list, slots);
     result
 }
 
-/// Node `i`'s timepoint.
-///
-/// # Safety
-/// `i` is below the number of nodes at `base`.
-unsafe fn node_tp(base: *mut WaitNode, i: usize) -> NonNull<Timepoint> {
-    // SAFETY: in bounds per contract; `tp` is the first field.
-    unsafe { NonNull::new_unchecked(base.add(i).cast::<Timepoint>()) }
+/// `slot`'s timepoint.
+fn node_tp(node: NonNull<WaitNode>) -> NonNull<Timepoint> {
+    // `tp` is the first field (`repr(C)`).
+    node.cast::<Timepoint>()
 }
 
 fn park_until(
     list: &[(&Semaphore, u64)],
-    base: *mut WaitNode,
+    slots: &mut [Slot],
     waiter: &Waiter,
+    context: *const (),
     mode: Mode,
     timeout: Timeout,
     deadline: Option<Instant>,
 ) -> Result<usize, Error> {
-    for (i, (sem, _)) in list.iter().enumerate() {
-        // SAFETY: node `i` exists (one per entry of `list`), is initialized
-        // and unregistered, and stays put until `unregister`.
-        match unsafe { sem.register(node_tp(base, i)) } {
-            Registration::Pending => {
-                // SAFETY: only this thread writes `registered`; a raw write
-                // through `base` keeps the semaphore's pointer valid.
-                unsafe { (*base.add(i)).registered = true };
-            }
+    for (i, ((sem, value), slot)) in list.iter().zip(slots.iter_mut()).enumerate() {
+        let node = node_pool::acquire(|index| WaitNode {
+            tp: Timepoint::abandonable(*value, wake, context),
+            done: AtomicBool::new(false),
+            index,
+        })?;
+        slot.node = Some(node);
+        // SAFETY: the node is ours, unregistered, and stays valid until
+        // its callback runs or `unregister` is done with it.
+        match unsafe { sem.register(node_tp(node)) } {
+            Registration::Pending => slot.registered = true,
             Registration::Failed(e) => return Err(e),
-            Registration::Reached if mode == Mode::Any => return Ok(i),
+            // An earlier entry may have been reached meanwhile: the answer
+            // is the lowest reached index (or the first failure).
+            Registration::Reached if mode == Mode::Any => {
+                return check(list, mode).unwrap_or(Ok(i));
+            }
             Registration::Reached => {}
         }
     }
@@ -305,25 +325,29 @@ fn park_until(
     }
 }
 
-/// Cancels every registered node; for one whose callback is already
-/// running, waits until the callback is done with it.
-fn unregister(list: &[(&Semaphore, u64)], base: *mut WaitNode) {
-    for (i, (sem, _)) in list.iter().enumerate() {
-        // SAFETY: node `i` is initialized; `registered` is only written by
-        // this thread.
-        if !unsafe { (*base.add(i)).registered } {
+/// Gives every node back: abandons each registered one (never waits for
+/// the semaphore; the semaphore hands it back later), except one whose
+/// callback fired: that one is done with it after a few instructions
+/// (waited for here), then it goes back to the pool like the unregistered
+/// ones.
+fn unregister(list: &[(&Semaphore, u64)], slots: &[Slot]) {
+    for ((sem, _), slot) in list.iter().zip(slots) {
+        let Some(node) = slot.node else { continue };
+        // SAFETY: registered on `sem` (`Pending`), not abandoned before,
+        // and valid until its callback runs.
+        if slot.registered && unsafe { sem.abandon(node_tp(node)) } {
             continue;
         }
-        // SAFETY: registered on `sem` and still valid.
-        if unsafe { sem.cancel(node_tp(base, i)) } {
-            continue;
+        if slot.registered {
+            // It fired: the callback owns the node until it sets `done`.
+            // SAFETY: valid until we release it; `done` is atomic.
+            while !unsafe { &(*node.as_ptr()).done }.load(Ordering::Acquire) {
+                crate::sync::thread::yield_now();
+            }
         }
-        // The callback owns the node until it sets `done` (a few
-        // instructions after unlinking it): wait for that.
-        // SAFETY: initialized; `done` is atomic, read through `base`.
-        while !unsafe { &(*base.add(i)).done }.load(Ordering::Acquire) {
-            crate::sync::thread::yield_now();
-        }
+        // SAFETY: acquired by this wait; no semaphore or callback uses it
+        // any more.
+        unsafe { node_pool::release(node, (*node.as_ptr()).index) };
     }
 }
 
@@ -336,3 +360,6 @@ fn deadline_exceeded(timeout: Timeout) -> Error {
         },
     )
 }
+
+#[cfg(not(fenceline_loom))]
+static_assertions::const_assert!(std::mem::size_of::<WaitNode>() <= node_pool::BLOCK);

@@ -174,6 +174,7 @@ macro_rules! counted_int {
 }
 
 counted_int!(AtomicBool, bool);
+counted_int!(AtomicU8, u8, fetch_add, fetch_sub, fetch_or, fetch_and);
 counted_int!(AtomicU32, u32, fetch_add, fetch_sub, fetch_or, fetch_and);
 counted_int!(AtomicU64, u64, fetch_add, fetch_sub, fetch_or, fetch_and);
 counted_int!(

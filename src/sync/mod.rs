@@ -34,12 +34,12 @@ mod imp {
     pub(crate) mod atomic {
         #[cfg(feature = "count-rmw")]
         pub(crate) use super::super::counted::{
-            fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+            fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
         };
         pub(crate) use std::sync::atomic::Ordering;
         #[cfg(not(feature = "count-rmw"))]
         pub(crate) use std::sync::atomic::{
-            fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+            fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
         };
     }
 
@@ -114,7 +114,7 @@ mod imp {
 
     pub(crate) mod atomic {
         pub(crate) use loom::sync::atomic::{
-            fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+            fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
         };
     }
 
