@@ -15,4 +15,4 @@ pub use future::WaitFuture;
 pub use semaphore::{Registration, Semaphore, DEVICE_SIGNALS};
 pub use timeout::Timeout;
 pub use timepoint::{Timepoint, TimepointFn, TimepointPool};
-pub use wait::{wait_all, wait_any, INLINE_WAITS};
+pub use wait::{set_wait_yield, wait_all, wait_any, wait_yield, INLINE_WAITS};

@@ -78,7 +78,8 @@ pub(crate) const FAILED_VALUE: u64 = u64::MAX;
 /// - [`wait(v, timeout)`](Self::wait) blocks until the value is `>= v`, the
 ///   semaphore fails, or the timeout elapses (`DeadlineExceeded`, never
 ///   before the timeout). It spins briefly (a short backoff, then about
-///   50 us of yielding to other threads), then parks.
+///   50 us of yielding to other threads: [`set_wait_yield`](crate::set_wait_yield)
+///   changes it), then parks.
 ///
 /// ```
 /// use std::time::Duration;

@@ -11,7 +11,7 @@
 //! (`Semaphore::abandon`: never waits for another thread).
 
 use std::ptr::NonNull;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::node_pool;
 use super::semaphore::{Registration, Semaphore};
@@ -24,6 +24,47 @@ use crate::sync::thread::{self, Thread};
 
 /// Semaphores one wait can watch without touching the heap.
 pub const INLINE_WAITS: usize = 8;
+
+/// How long a blocking wait yields before it parks, in nanoseconds (see
+/// [`set_wait_yield`]). A setting, not state the model checker explores:
+/// std's atomic, and under loom no wait spins.
+static WAIT_YIELD_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(50_000);
+
+/// Sets how long a blocking host wait ([`Semaphore::wait`], [`wait_all`],
+/// [`wait_any`]) keeps re-checking its values, yielding to other threads
+/// in between, before it parks, for every wait of the process that starts
+/// afterwards; returns the previous setting. The default is 50 us: a park
+/// and its wake-up cost 5-20 us of latency, so a wait that ends soon after
+/// it starts is cheaper yielding, at the price of a core kept busy.
+///
+/// - `Duration::ZERO`: park right after a short backoff (well under a
+///   microsecond of spinning): least CPU, one futex wake of latency.
+/// - `Duration::MAX`: never park (the wait yields until its value or its
+///   timeout): least latency, one core kept busy; for a latency-critical
+///   thread that owns its core.
+///
+/// A timeout is honoured either way. [`Semaphore::wait_async`] never
+/// yields (its executor decides), and idle device workers are set with
+/// [`CpuConfig`](crate::CpuConfig)'s `spin`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// let before = fenceline::set_wait_yield(Duration::ZERO);
+/// assert_eq!(fenceline::wait_yield(), Duration::ZERO);
+/// fenceline::set_wait_yield(before);
+/// ```
+pub fn set_wait_yield(yield_for: Duration) -> Duration {
+    let ns = u64::try_from(yield_for.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(WAIT_YIELD_NS.swap(ns, std::sync::atomic::Ordering::Relaxed))
+}
+
+/// How long a blocking host wait yields before it parks (see
+/// [`set_wait_yield`]).
+pub fn wait_yield() -> Duration {
+    Duration::from_nanos(WAIT_YIELD_NS.load(std::sync::atomic::Ordering::Relaxed))
+}
 
 impl Semaphore {
     /// Blocks until the value is `>= value` (Ok), the semaphore fails (its
@@ -225,11 +266,11 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
         return Err(deadline_exceeded(timeout));
     }
     // Spin a little: a signal from another core often lands within a few
-    // hundred nanoseconds, far cheaper than parking; then yield for about
-    // 50 us (`SPIN_YIELDING`, as an idle worker does): a park and its
-    // futex wake cost 5-20 us on the project's VM, on the path of every
-    // wait that ends soon after (a fork/join's `wait_idle`: 99-102 to
-    // 93-96 us). (Not under loom, whose scheduler would explore every
+    // hundred nanoseconds, far cheaper than parking; then yield for
+    // `wait_yield()` (50 us by default, as an idle worker does): a park
+    // and its futex wake cost 5-20 us on the project's VM, on the path of
+    // every wait that ends soon after (a fork/join's `wait_idle`: 99-102
+    // to 93-96 us). (Not under loom, whose scheduler would explore every
     // spin.)
     #[cfg(not(fenceline_loom))]
     {
@@ -243,7 +284,8 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
                 return Err(deadline_exceeded(timeout));
             }
         }
-        while start.elapsed() < crate::task::SPIN_YIELDING {
+        let yield_for = wait_yield();
+        while start.elapsed() < yield_for {
             std::thread::yield_now();
             if let Some(done) = check(list, mode) {
                 return done;

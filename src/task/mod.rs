@@ -23,7 +23,6 @@ mod worker;
 
 pub(crate) use kind::{run_tiles, Tiles};
 #[cfg(not(fenceline_loom))]
-pub(crate) use worker::SPIN_YIELDING;
 pub(crate) use worker::{ExecutorState, Hop, TaskPool};
 
 pub use executor::{Executor, ExecutorConfig};
