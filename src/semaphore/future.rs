@@ -372,9 +372,11 @@ impl Future for WaitFuture<'_> {
 impl Drop for WaitFuture<'_> {
     fn drop(&mut self) {
         let Some(node) = self.node else { return };
-        // SAFETY: registered on this semaphore (`Pending`: the state says
-        // so while we hold a node), not abandoned before, valid until its
-        // callback runs.
+        // SAFETY: registered on this semaphore (`Pending`), or never
+        // registered (a waker's `clone` panicked first) or caught by a
+        // panic unwinding out of `register` (another timepoint's
+        // callback): `abandon` hands the node back in each case. Not
+        // abandoned before, valid until its callback runs.
         if unsafe { self.semaphore.abandon(node.cast::<Timepoint>()) } {
             // It will never fire; the semaphore hands the node back.
             self.node = None;

@@ -531,8 +531,9 @@ impl Semaphore {
     ///
     /// # Safety
     /// `tp` was made with [`Timepoint::abandonable`], registered on this
-    /// semaphore (`register` answered `Pending`), and not abandoned
-    /// before; its memory stays valid until its callback runs.
+    /// semaphore (`register` answered `Pending`, or it unwound) or never
+    /// registered anywhere, and not abandoned before; its memory stays
+    /// valid until its callback runs.
     #[must_use = "`false` means the callback is running or ran: the timepoint may not be reused until it is done"]
     pub unsafe fn abandon(&self, tp: NonNull<Timepoint>) -> bool {
         // SAFETY: valid per contract.

@@ -308,12 +308,28 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
         heap.resize(list.len(), Slot::EMPTY);
         &mut heap[..]
     };
-    let result = park_until(list, slots, &waiter, context, mode, timeout, deadline);
-    unregister(list, slots);
-    result
+    let held = Held { list, slots };
+    park_until(list, held.slots, &waiter, context, mode, timeout, deadline)
+    // `held` gives the nodes back here, also on unwinding.
 }
 
-/// `slot`'s timepoint.
+/// The nodes a wait holds: given back (see [`unregister`]) when dropped,
+/// also when a panic unwinds out of a registration (a registration's pass
+/// may fire other timepoints, whose callbacks may panic: ours, registered
+/// by then, must not be left registered with a callback that would wake
+/// a waiter that is gone).
+struct Held<'a, 'b> {
+    list: &'a [(&'b Semaphore, u64)],
+    slots: &'a mut [Slot],
+}
+
+impl Drop for Held<'_, '_> {
+    fn drop(&mut self) {
+        unregister(self.list, self.slots);
+    }
+}
+
+/// A node's timepoint.
 fn node_tp(node: NonNull<WaitNode>) -> NonNull<Timepoint> {
     // `tp` is the first field (`repr(C)`).
     node.cast::<Timepoint>()
@@ -335,17 +351,25 @@ fn park_until(
             index,
         })?;
         slot.node = Some(node);
+        // Marked before the call: if a panic unwinds out of it (another
+        // timepoint's callback, fired by its pass), ours is registered or
+        // fired, and `unregister` must abandon it or wait for it.
+        slot.registered = true;
         // SAFETY: the node is ours, unregistered, and stays valid until
         // its callback runs or `unregister` is done with it.
         match unsafe { sem.register(node_tp(node)) } {
-            Registration::Pending => slot.registered = true,
-            Registration::Failed(e) => return Err(e),
+            Registration::Pending => {}
+            Registration::Failed(e) => {
+                slot.registered = false;
+                return Err(e);
+            }
             // An earlier entry may have been reached meanwhile: the answer
             // is the lowest reached index (or the first failure).
             Registration::Reached if mode == Mode::Any => {
+                slot.registered = false;
                 return check(list, mode).unwrap_or(Ok(i));
             }
-            Registration::Reached => {}
+            Registration::Reached => slot.registered = false,
         }
     }
     loop {

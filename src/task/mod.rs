@@ -22,7 +22,6 @@ mod tile_counter;
 mod worker;
 
 pub(crate) use kind::{run_tiles, Tiles};
-#[cfg(not(fenceline_loom))]
 pub(crate) use worker::{ExecutorState, Hop, TaskPool};
 
 pub use executor::{Executor, ExecutorConfig};
