@@ -173,7 +173,8 @@ impl Timepoint {
             .is_ok()
     }
 
-    /// Whether this is an abandonable timepoint (for debug checks).
+    /// Whether this is a plain timepoint, not an abandonable one (for
+    /// debug checks).
     pub(crate) fn is_plain(&self) -> bool {
         self.claim.load(Ordering::Relaxed) == PLAIN
     }
