@@ -383,6 +383,48 @@ impl BlockPool {
         unsafe { self.push_chain(block.index, block.index) };
     }
 
+    /// A block holding `make(index)`: a `T` written in place, and the
+    /// block index [`release_value`](Self::release_value) needs back.
+    ///
+    /// # Panics
+    /// If a `T` does not fit a block (size or alignment).
+    ///
+    /// Errors: as [`acquire`](Self::acquire).
+    pub(crate) fn acquire_value<T>(
+        &self,
+        make: impl FnOnce(u32) -> T,
+    ) -> Result<NonNull<T>, Error> {
+        assert!(
+            mem::size_of::<T>() <= self.block_size && mem::align_of::<T>() <= self.align,
+            "a value of {} bytes fits a block of {}",
+            mem::size_of::<T>(),
+            self.block_size
+        );
+        let block = self.acquire_raw()?;
+        let value = block.as_ptr().cast::<T>();
+        // SAFETY: the block is ours, large and aligned enough (asserted).
+        unsafe { value.as_ptr().write(make(block.index())) };
+        // Under the model checker: live until released.
+        crate::sync::liveness::born(value.as_ptr());
+        Ok(value)
+    }
+
+    /// Drops a value from [`acquire_value`](Self::acquire_value) and gives
+    /// its block back.
+    ///
+    /// # Safety
+    /// `value` came from this pool's `acquire_value`, which gave `index`;
+    /// nothing uses it after this (it is released once).
+    pub(crate) unsafe fn release_value<T>(&self, value: NonNull<T>, index: u32) {
+        crate::sync::liveness::died(value.as_ptr());
+        // SAFETY: initialized by `acquire_value` and dropped once
+        // (contract).
+        unsafe { ptr::drop_in_place(value.as_ptr()) };
+        // SAFETY: `value` is the start of block `index` of this pool,
+        // released once.
+        unsafe { self.release_raw(RawBlock::from_parts(value.cast(), index)) };
+    }
+
     /// Returns many raw blocks with a single CAS on the free list (an arena's
     /// `reset`).
     ///

@@ -120,8 +120,6 @@ struct Node {
     /// Set by the callback as its last access to the node when it fires
     /// (Release).
     done: AtomicBool,
-    /// The node's block in the pool.
-    index: u32,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -183,10 +181,8 @@ unsafe fn wake(tp: NonNull<Timepoint>, result: Result<(), Error>) {
     if abandoned {
         // The future was dropped and gave the node up: ours to hand back
         // (with any waker still stored, never woken).
-        // SAFETY: as above; `index` was written at acquire.
-        let index = unsafe { (*node).index };
-        // SAFETY: from the pool with `index`; not used after.
-        unsafe { node_pool::release(tp.cast::<Node>(), index) };
+        // SAFETY: from the pool with its timepoint's index; not used after.
+        unsafe { node_pool::release(tp.cast::<Node>(), tp.as_ref().pool_index()) };
         return;
     }
     // Field projections, not `&Node`: the poller reads other fields
@@ -277,7 +273,7 @@ impl WaitFuture<'_> {
         self.node = None;
         // SAFETY: ours (no semaphore or callback uses it any more), from
         // the pool with this index.
-        unsafe { node_pool::release(node, (*node.as_ptr()).index) };
+        unsafe { node_pool::release(node, (*node.as_ptr()).tp.pool_index()) };
     }
 }
 
@@ -301,11 +297,10 @@ impl Future for WaitFuture<'_> {
                 }
                 let value = this.value;
                 let node = match node_pool::acquire(|index| Node {
-                    tp: Timepoint::abandonable(value, wake, std::ptr::null()),
+                    tp: Timepoint::abandonable(value, wake, std::ptr::null()).in_block(index),
                     waker: AtomicWaker::new(),
                     result: UnsafeCell::new(None),
                     done: AtomicBool::new(false),
-                    index,
                 }) {
                     Ok(node) => node,
                     Err(e) => {

@@ -15,8 +15,7 @@
 use std::ptr::NonNull;
 
 use crate::error::Error;
-use crate::pool::{BlockPool, BlockPoolConfig, RawBlock};
-use crate::sync::liveness;
+use crate::pool::{BlockPool, BlockPoolConfig};
 
 /// Bytes of one block: room for the largest node (a future's).
 #[cfg(not(fenceline_loom))]
@@ -69,23 +68,13 @@ pub(crate) fn warm() {
     let _ = pool();
 }
 
-/// A block holding `make(index)`, where `index` is what
-/// [`release`] needs back.
+/// A node holding `make(index)`, where `index` is what [`release`] needs
+/// back (the nodes keep it in their timepoint: `Timepoint::in_block`).
 ///
 /// # Errors
 /// `ResourceExhausted` if the pool had to grow and memory ran out.
 pub(crate) fn acquire<T>(make: impl FnOnce(u32) -> T) -> Result<NonNull<T>, Error> {
-    assert!(
-        std::mem::size_of::<T>() <= BLOCK && std::mem::align_of::<T>() <= ALIGN,
-        "a wait node fits a block"
-    );
-    let block = pool().acquire_raw()?;
-    let node = block.as_ptr().cast::<T>();
-    // SAFETY: the block is ours, and large and aligned enough (asserted).
-    unsafe { node.as_ptr().write(make(block.index())) };
-    // Under the model checker: the node is live until released.
-    liveness::born(node.as_ptr());
-    Ok(node)
+    pool().acquire_value(make)
 }
 
 /// Drops the node and gives its block back.
@@ -94,10 +83,6 @@ pub(crate) fn acquire<T>(make: impl FnOnce(u32) -> T) -> Result<NonNull<T>, Erro
 /// `node` came from [`acquire`], which gave `index`; nothing uses it after
 /// this (it is released once).
 pub(crate) unsafe fn release<T>(node: NonNull<T>, index: u32) {
-    liveness::died(node.as_ptr());
-    // SAFETY: initialized by `acquire` and dropped once (contract).
-    unsafe { std::ptr::drop_in_place(node.as_ptr()) };
-    // SAFETY: `node` is the start of block `index` of the pool, released
-    // once.
-    unsafe { pool().release_raw(RawBlock::from_parts(node.cast(), index)) };
+    // SAFETY: forwarded contract.
+    unsafe { pool().release_value(node, index) };
 }

@@ -38,7 +38,7 @@ use std::ptr::NonNull;
 
 use crate::error::Error;
 use crate::list::{DoubleLinks, SingleLinks};
-use crate::pool::{BlockPool, BlockPoolConfig, RawBlock};
+use crate::pool::{BlockPool, BlockPoolConfig};
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::UnsafeCell;
 
@@ -142,6 +142,18 @@ impl Timepoint {
         }
     }
 
+    /// The timepoint, recording that it lives in block `index` of a pool
+    /// (a [`TimepointPool`]'s, or the wait nodes').
+    pub(crate) fn in_block(mut self, index: u32) -> Timepoint {
+        self.pool_index = index;
+        self
+    }
+
+    /// The pool block given to [`in_block`](Self::in_block).
+    pub(crate) fn pool_index(&self) -> u32 {
+        self.pool_index
+    }
+
     /// For the callback of an abandonable timepoint: `true` when it runs
     /// to hand the memory back (the timepoint was abandoned, and never
     /// fires), `false` when it fires.
@@ -241,13 +253,8 @@ impl TimepointPool {
         callback: TimepointFn,
         context: *const (),
     ) -> Result<NonNull<Timepoint>, Error> {
-        let block = self.pool.acquire_raw()?;
-        let tp = block.as_ptr().cast::<Timepoint>();
-        let mut timepoint = Timepoint::new(value, callback, context);
-        timepoint.pool_index = block.index();
-        // SAFETY: the block is ours, sized and aligned for a `Timepoint`.
-        unsafe { tp.as_ptr().write(timepoint) };
-        Ok(tp)
+        self.pool
+            .acquire_value(|index| Timepoint::new(value, callback, context).in_block(index))
     }
 
     /// Returns a pooled timepoint.
@@ -258,14 +265,9 @@ impl TimepointPool {
     pub unsafe fn release(&self, tp: NonNull<Timepoint>) {
         // SAFETY: valid per contract.
         let index = unsafe { tp.as_ref() }.pool_index;
-        // SAFETY: the timepoint holds nothing that needs dropping beyond its
-        // fields, dropped here once.
-        unsafe { std::ptr::drop_in_place(tp.as_ptr()) };
-        // SAFETY: `tp` is the start of block `index` of this pool.
-        unsafe {
-            self.pool
-                .release_raw(RawBlock::from_parts(tp.cast(), index))
-        };
+        // SAFETY: from this pool's `acquire_value` with `index`, released
+        // once.
+        unsafe { self.pool.release_value(tp, index) };
     }
 }
 

@@ -205,8 +205,6 @@ struct WaitNode {
     tp: Timepoint,
     /// Set by the callback as its last access to the node when it fires.
     done: AtomicBool,
-    /// The node's block in the pool.
-    index: u32,
 }
 
 /// A wait's hold on one node.
@@ -238,10 +236,8 @@ unsafe fn wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     liveness::check(node.as_ptr(), "a host wait's node (its callback)");
     if abandoned {
         // The wait is over and gave the node up: ours to hand back.
-        // SAFETY: as above; `index` was written at acquire.
-        let index = unsafe { (*node.as_ptr()).index };
-        // SAFETY: from the pool with `index`; not used after.
-        unsafe { node_pool::release(node, index) };
+        // SAFETY: from the pool with its timepoint's index; not used after.
+        unsafe { node_pool::release(node, tp.as_ref().pool_index()) };
         return;
     }
     // SAFETY: both alive until `done` is set below (contract).
@@ -299,7 +295,6 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
         thread: thread::current(),
         woken: AtomicBool::new(false),
     };
-    let context = (&waiter as *const Waiter).cast::<()>();
     let mut inline = [Slot::EMPTY; INLINE_WAITS];
     let mut heap: Vec<Slot> = Vec::new();
     let slots: &mut [Slot] = if list.len() <= INLINE_WAITS {
@@ -309,7 +304,7 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
         &mut heap[..]
     };
     let held = Held { list, slots };
-    park_until(list, held.slots, &waiter, context, mode, timeout, deadline)
+    park_until(list, held.slots, &waiter, mode, timeout, deadline)
     // `held` gives the nodes back here, also on unwinding.
 }
 
@@ -339,16 +334,15 @@ fn park_until(
     list: &[(&Semaphore, u64)],
     slots: &mut [Slot],
     waiter: &Waiter,
-    context: *const (),
     mode: Mode,
     timeout: Timeout,
     deadline: Option<Instant>,
 ) -> Result<usize, Error> {
+    let context = (waiter as *const Waiter).cast::<()>();
     for (i, ((sem, value), slot)) in list.iter().zip(slots.iter_mut()).enumerate() {
         let node = node_pool::acquire(|index| WaitNode {
-            tp: Timepoint::abandonable(*value, wake, context),
+            tp: Timepoint::abandonable(*value, wake, context).in_block(index),
             done: AtomicBool::new(false),
-            index,
         })?;
         slot.node = Some(node);
         // Marked before the call: if a panic unwinds out of it (another
@@ -413,7 +407,7 @@ fn unregister(list: &[(&Semaphore, u64)], slots: &[Slot]) {
         }
         // SAFETY: acquired by this wait; no semaphore or callback uses it
         // any more.
-        unsafe { node_pool::release(node, (*node.as_ptr()).index) };
+        unsafe { node_pool::release(node, (*node.as_ptr()).tp.pool_index()) };
     }
 }
 
