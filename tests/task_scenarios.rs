@@ -709,3 +709,116 @@ fn a_wide_fork_after_a_failure_skips_every_dependent() {
     assert_eq!(scope.wait_idle(LONG).unwrap_err().message(), "a");
     assert_eq!(runs.load(Ordering::Relaxed), 0);
 }
+
+/// Random graphs: tasks without a predecessor, and barriers, at any place
+/// in creation order, edges added by `set_completion`, `fork` and
+/// `join_from` (which turn roots into dependents); every call runs exactly
+/// once, after each call it depends on directly, and the scope goes idle.
+/// `submit` stops walking the graph once it met every root and barrier it
+/// counted while building, so a miscount strands tasks (the scope never
+/// goes idle) or a walk checks in vain (debug builds check the counts).
+/// Mutation checked: `set_completion` uncounting a root also when its
+/// task had a predecessor: the scope times out (release build); `fork`
+/// not uncounting a root, or `adopt` not counting a barrier: the debug
+/// check fails.
+#[test]
+fn random_graphs_run_every_task_once_after_its_predecessors() {
+    // Not dropped on a failure: dropping it waits for stranded tasks.
+    let e = std::mem::ManuallyDrop::new(exec());
+    let scope = Scope::new();
+    let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    for round in 0..300 {
+        let n = 1 + next(40) as usize;
+        // Per task: its run's place in a global order (0: not run), and
+        // how many times it ran.
+        let order: Arc<Vec<AtomicUsize>> = Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect());
+        let runs: Arc<Vec<AtomicU32>> = Arc::new((0..n).map(|_| AtomicU32::new(0)).collect());
+        let clock = Arc::new(AtomicUsize::new(0));
+        let mut g = e.graph(&scope);
+        let (mut ids, mut is_call, mut barriers) = (Vec::new(), Vec::new(), Vec::new());
+        let mut has_completion = vec![false; n];
+        let mut forked = vec![false; n];
+        // (predecessor, dependent) between two calls, checked after.
+        let mut edges = Vec::new();
+        for j in 0..n {
+            let kind = next(4);
+            let id = match kind {
+                0 => g.barrier().unwrap(),
+                1 => g.nop().unwrap(),
+                _ => {
+                    let (order, runs, clock) = (order.clone(), runs.clone(), clock.clone());
+                    g.call(move |_| {
+                        order[j].store(clock.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                        runs[j].fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    })
+                    .unwrap()
+                }
+            };
+            ids.push(id);
+            is_call.push(kind >= 2);
+            if kind == 0 {
+                barriers.push(j);
+            }
+            // A few edges between any two tasks made so far (so a task may
+            // gain predecessors long after it was made, or several).
+            for _ in 0..next(3) {
+                let k = next(j as u64 + 1) as usize;
+                if k == 0 {
+                    continue;
+                }
+                match next(3) {
+                    0 => {
+                        let i = next(k as u64) as usize;
+                        if !has_completion[i] {
+                            g.set_completion(ids[i], ids[k]).unwrap();
+                            has_completion[i] = true;
+                            edges.push((i, k));
+                        }
+                    }
+                    1 => {
+                        let earlier: Vec<usize> =
+                            barriers.iter().copied().filter(|&b| b < k).collect();
+                        if !earlier.is_empty() && !forked[k] {
+                            let b = earlier[next(earlier.len() as u64) as usize];
+                            g.fork(ids[b], ids[k]).unwrap();
+                            forked[k] = true;
+                        }
+                    }
+                    _ => {
+                        let first = next(k as u64) as usize;
+                        if (first..k).all(|i| !has_completion[i]) {
+                            g.join_from(ids[first], ids[k]).unwrap();
+                            has_completion[first..k].fill(true);
+                            edges.extend((first..k).map(|i| (i, k)));
+                        }
+                    }
+                }
+            }
+        }
+        g.submit();
+        scope
+            .wait_idle(LONG)
+            .unwrap_or_else(|e| panic!("round {round}, {n} tasks: {e}"));
+        for j in (0..n).filter(|&j| is_call[j]) {
+            assert_eq!(runs[j].load(Ordering::SeqCst), 1, "round {round}: task {j}");
+        }
+        for &(i, j) in edges.iter().filter(|&&(i, j)| is_call[i] && is_call[j]) {
+            let (a, b) = (
+                order[i].load(Ordering::SeqCst),
+                order[j].load(Ordering::SeqCst),
+            );
+            assert!(
+                a < b,
+                "round {round}: task {i} ran after its completion task {j}"
+            );
+        }
+    }
+    drop(std::mem::ManuallyDrop::into_inner(e));
+}
