@@ -822,3 +822,50 @@ fn random_graphs_run_every_task_once_after_its_predecessors() {
     }
     drop(std::mem::ManuallyDrop::into_inner(e));
 }
+
+/// Wait tasks whose deadlines pass while they park, on two workers: one
+/// registers a wait while the other, idle, expires the waits it finds due,
+/// and signals fire some of them meanwhile. Each wait ends exactly once
+/// (its `finally` runs once) and the scope goes idle. A stress companion
+/// of the loom model `executor_dropped_while_a_worker_parks_a_wait_task`,
+/// which guards the registration's race with an expiry: this test did not
+/// hit that race's window (a few instructions) with the old protocol in
+/// five runs; the model does.
+#[test]
+fn waits_expiring_as_they_park_each_end_once() {
+    let e = std::mem::ManuallyDrop::new(exec());
+    let scope = Scope::new();
+    let gate = Semaphore::new(0);
+    let ended = Arc::new(AtomicUsize::new(0));
+    const GRAPHS: usize = 3000;
+    for i in 0..GRAPHS {
+        let mut g = e.graph(&scope);
+        let w = g
+            .wait(
+                &gate,
+                (i / 500 + 1) as u64,
+                Duration::from_micros((i % 8) as u64 * 5),
+            )
+            .unwrap();
+        let ended = ended.clone();
+        let f = g
+            .finally(move |_| {
+                ended.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        g.set_completion(w, f).unwrap();
+        g.submit();
+        if i % 500 == 499 {
+            // Fires the waits of this batch that did not expire yet.
+            gate.signal((i / 500 + 1) as u64).unwrap();
+        }
+    }
+    let r = scope.wait_idle(Duration::from_secs(20));
+    assert!(
+        !matches!(&r, Err(e) if e.kind() == ErrorKind::DeadlineExceeded && ended.load(Ordering::Relaxed) < GRAPHS),
+        "stranded: {} of {GRAPHS} waits ended",
+        ended.load(Ordering::Relaxed)
+    );
+    assert_eq!(ended.load(Ordering::Relaxed), GRAPHS);
+    drop(std::mem::ManuallyDrop::into_inner(e));
+}

@@ -106,3 +106,35 @@ fn device_dropped_while_a_signal_wakes_its_queue() {
         }
     });
 }
+
+// An executor dropped while one of its two workers parks a wait task: the
+// other worker, idle at shutdown, expires the parked waits. The wait ends
+// cancelled, once, and the drop returns. Mutation caught: the wait task
+// listing itself and releasing the list's lock before it registers its
+// timepoint (as the old protocol did): an expiry in between abandons a
+// timepoint that is not registered yet, which the registration then links
+// ("Concurrent write accesses to `UnsafeCell`"; the old protocol's cancel
+// found nothing to cancel there and the task stayed parked for good).
+// Before this model the worker read its nearest deadline (under the list's
+// lock) between announcing its sleep and parking: loom drops an unpark
+// that reaches a thread blocked on a lock, so the model deadlocked there
+// (std keeps the token); the read now comes before the announce.
+#[test]
+fn executor_dropped_while_a_worker_parks_a_wait_task() {
+    big_model().check(|| {
+        let exec = Executor::new(ExecutorConfig {
+            workers: 2,
+            spin: false,
+        })
+        .unwrap();
+        let (gate, out) = (Semaphore::new(0), Semaphore::new(0));
+        let scope = Scope::new();
+        let mut g = exec.graph(&scope);
+        let w = g.wait(&gate, 1, Timeout::Never).unwrap();
+        let f = g.fence(Some((&out, 1))).unwrap();
+        g.set_completion(w, f).unwrap();
+        g.submit();
+        drop(exec);
+        assert_eq!(out.query().unwrap_err().kind(), ErrorKind::Cancelled);
+    });
+}

@@ -540,12 +540,27 @@ impl Semaphore {
         if !unsafe { tp.as_ref() }.claim_abandon() {
             return false;
         }
+        // SAFETY: claimed just above; the rest is the caller's contract.
+        unsafe { self.abandon_claimed(tp) };
+        true
+    }
+
+    /// The second half of [`abandon`](Self::abandon), for a caller that
+    /// claimed the timepoint itself ([`Timepoint::claim_abandon`]) where
+    /// its memory was known to be valid (an executor's wait task, under
+    /// the lock of its list of parked waits): hands it to the thread
+    /// holding the list's turn, or serves it here.
+    ///
+    /// # Safety
+    /// As for `abandon`, and `claim_abandon` on `tp` answered `true`.
+    /// `self` must not be freed by the callback (call it on a handle of
+    /// the caller's own, not one inside the timepoint's owner).
+    pub(crate) unsafe fn abandon_claimed(&self, tp: NonNull<Timepoint>) {
         let inner = &*self.inner;
         // SAFETY: registered here and abandoned once (contract), so on no
         // other removal stack; the removal links are used by nothing else.
         inner.removals.push(unsafe { Handle::from_raw(tp) });
         inner.request_pass();
-        true
     }
 
     /// Timepoints this semaphore has compared or unlinked so far: a cost

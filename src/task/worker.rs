@@ -729,6 +729,13 @@ impl Worker {
         // worker that retires the last one wakes everyone (`flush`), and
         // its epoch bump stops us from parking past it (`announce`).
         let slot = &shared.slots[self.index];
+        // Read before the flag is armed: nothing between the announce and
+        // the park takes a lock (a lock there held the worker while a
+        // waker unparked it; under loom, whose blocked lock drops a
+        // pending unpark, that worker then parked for good). A deadline
+        // listed after this read comes with a `notify`, which this worker
+        // sees in its announce or is woken by.
+        let deadline = self.nearest_deadline();
         // Swaps, not stores, for both of the worker's writes to its flag.
         // A store would be enough for the C++ model (a waker's swap, being
         // an RMW, reads the latest value), but loom lets a plain store fall
@@ -740,7 +747,6 @@ impl Worker {
             let counters = &slot.counters;
             WorkerCounters::bump(&counters.parks);
             let parked = crate::trace::now();
-            let deadline = self.nearest_deadline();
             // Sleep until the epoch moves: every wake (`notify`, `wake_all`)
             // bumps it before unparking, so a wake-up is never missed and a
             // stale unpark token only costs one more look. (No look before
@@ -796,16 +802,16 @@ impl Worker {
             .min()
     }
 
-    /// Times out (or, at shutdown, cancels) parked waits; `true` if it
-    /// requeued any (on this worker).
+    /// Times out (or, at shutdown, cancels) parked waits: abandons their
+    /// timepoints, whose callbacks requeue the tasks (see `WaitState`);
+    /// `true` if it abandoned any.
     fn expire_waits(&mut self) -> bool {
         if self.shared.suspended_waits.load(Ordering::Acquire) == 0 {
             return false;
         }
         let shutdown = self.shared.shutdown.load(Ordering::Acquire);
         let now = Instant::now();
-        let mut ready = SList::<QueueLink>::new();
-        let mut due_waits = DList::<WaitLink>::new();
+        let mut claimed = DList::<WaitLink>::new();
         {
             let mut waits = self.shared.lock_waits();
             let mut cursor = waits.front();
@@ -815,26 +821,20 @@ impl Worker {
                 // SAFETY: listed, hence alive.
                 let due = shutdown || unsafe { w.as_ref() }.deadline.is_some_and(|d| d <= now);
                 if due {
-                    // SAFETY: listed, hence alive and linked here.
-                    due_waits.push_back(unsafe { WaitState::take_for_expiry(w, &mut waits) });
+                    // SAFETY: listed, hence linked here; we hold the lock.
+                    unsafe { WaitState::expire(w, &mut waits, &mut claimed) };
                 }
             }
             self.shared
                 .suspended_waits
                 .store(waits.len(), Ordering::Release);
         }
-        // Cancelling runs callbacks, which take the list's lock: not held.
-        while let Some(w) = due_waits.pop_front() {
-            // SAFETY: taken for expiry just above.
-            if let Some(task) = unsafe { WaitState::expire(w.into_raw(), &self.shared, shutdown) } {
-                // SAFETY: the expired wait's task is ours to requeue, in no
-                // queue.
-                ready.push_back(unsafe { Handle::from_raw(task) });
-            }
-        }
-        let any = !ready.is_empty();
-        while let Some(t) = ready.pop_front() {
-            self.push(t.into_raw());
+        // Handed over with the lock released (a hand-over may run
+        // semaphore callbacks here).
+        let any = !claimed.is_empty();
+        while let Some(w) = claimed.pop_front() {
+            // SAFETY: put there by `expire`, taken off just now.
+            unsafe { WaitState::abandon_claimed(w.into_raw()) };
         }
         any
     }

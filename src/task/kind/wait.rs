@@ -15,6 +15,20 @@ use crate::task::worker::{ExecutorState, Worker};
 
 /// A wait task's payload: what it waits for, its timepoint, and its place
 /// in the executor's list of parked waits (for timeouts and shutdown).
+///
+/// The protocol (no lock on the signalling thread, no waiting anywhere):
+/// the timepoint is [abandonable](Timepoint::abandonable). Its callback,
+/// whether it fires or was abandoned, only requeues the task (lock-free).
+/// The task registers it, and lists the state, under the list's lock; a
+/// worker expiring parked waits (a deadline passed, or shutdown) claims
+/// the timepoint for abandoning under that lock too, and unlists the
+/// state. A requeued task unlists itself under the lock before anything
+/// else. So whoever touches a parked state under the lock finds it alive:
+/// its task cannot run past that first step (and retire) meanwhile. A
+/// claim that lost to a firing leaves the task to the callback; a claim
+/// that won keeps the timepoint (and the state) alive until its callback
+/// runs, which is after the expiring worker handed it to the semaphore
+/// ([`Semaphore::abandon_claimed`]) with the lock released.
 pub(crate) struct WaitState {
     links: DoubleLinks<WaitState>,
     task: NonNull<Task>,
@@ -28,12 +42,6 @@ pub(crate) struct WaitState {
     timepoint: Timepoint,
     /// In `shared.waits`; guarded by that lock.
     listed: crate::sync::Cell<bool>,
-    /// Being expired (timed out or cancelled at shutdown) by a worker that
-    /// took it off `shared.waits`: the callback must not requeue the task
-    /// (the expiring worker does). Guarded by that lock.
-    expiring: crate::sync::Cell<bool>,
-    /// The callback ran while `expiring`. Guarded by that lock.
-    fired: crate::sync::Cell<bool>,
 }
 crate::link!(
     /// A suspended wait's place in the executor's list of parked waits.
@@ -49,77 +57,58 @@ impl WaitState {
             sem,
             value,
             deadline,
-            timepoint: Timepoint::new(value, wait_wake, std::ptr::null()),
+            timepoint: Timepoint::abandonable(value, wait_wake, std::ptr::null()),
             listed: crate::sync::Cell::new(false),
-            expiring: crate::sync::Cell::new(false),
-            fired: crate::sync::Cell::new(false),
         }
     }
 
     /// Takes a parked wait whose deadline passed (or every one, at
-    /// shutdown) off the executor's list, to expire it with [`expire`]
-    /// once the list's lock is released: its callback will then not
-    /// requeue the task.
+    /// shutdown) off the executor's list and claims its timepoint for
+    /// abandoning: claimed, the state goes on `claimed`, for
+    /// [`abandon_claimed`](Self::abandon_claimed) once the list's lock is
+    /// released; otherwise it fired, and its callback requeues the task.
     ///
     /// # Safety
     /// `w` is linked in `waits` (the executor's list, locked).
-    pub(crate) unsafe fn take_for_expiry(
-        w: NonNull<WaitState>,
-        waits: &mut crate::list::DList<WaitLink>,
-    ) -> crate::list::Handle<WaitLink> {
-        // SAFETY: listed, hence alive.
-        let state = unsafe { w.as_ref() };
-        state.expiring.set(true);
-        state.listed.set(false);
-        // SAFETY: linked in `waits`.
-        unsafe { waits.remove(w) }
-    }
-
-    /// Expires a wait taken by [`take_for_expiry`], with no lock held (a
-    /// cancel may run callbacks, and wait callbacks take the executor's
-    /// list): returns its task to requeue, or `None` if its callback will
-    /// requeue it. Cancelled in time, the task is flagged cancelled at
-    /// shutdown (or finds its deadline passed when it runs); fired, it
-    /// finds its value reached.
-    ///
-    /// # Safety
-    /// `w` was taken by `take_for_expiry` on `exec`'s list and not since.
     pub(crate) unsafe fn expire(
         w: NonNull<WaitState>,
-        exec: &ExecutorState,
-        shutdown: bool,
-    ) -> Option<NonNull<Task>> {
-        // SAFETY: `expiring` keeps the callback from requeueing the task,
-        // so the state is alive until we decide below.
+        waits: &mut crate::list::DList<WaitLink>,
+        claimed: &mut crate::list::DList<WaitLink>,
+    ) {
+        // SAFETY: listed, hence alive: its task, if requeued, is stopped at
+        // its first step (unlisting) by the lock we hold.
         let state = unsafe { w.as_ref() };
-        // SAFETY: the timepoint was registered on `sem` (it was listed).
-        let cancelled = unsafe { state.sem.cancel(NonNull::from(&state.timepoint)) };
-        let waits = exec.lock_waits();
-        state.expiring.set(false);
-        if cancelled {
-            // No callback will run: the task is ours.
-            if shutdown {
-                // SAFETY: the task is suspended and now ours.
-                unsafe { state.task.as_ref() }
-                    .flags
-                    .fetch_or(FLAG_CANCELLED, Ordering::Relaxed);
-            }
-            return Some(state.task);
+        state.listed.set(false);
+        // SAFETY: linked in `waits`.
+        let w = unsafe { waits.remove(w) };
+        if state.timepoint.claim_abandon() {
+            // Claimed: alive until its callback runs, which needs
+            // `abandon_claimed` first.
+            claimed.push_back(w);
         }
-        // Fired: if its callback already ran, it left the task to us;
-        // otherwise, seeing `expiring` cleared, it requeues the task itself
-        // (both decided under the list's lock).
-        let ours = state.fired.get();
-        state.fired.set(false);
-        drop(waits);
-        ours.then_some(state.task)
     }
-}
 
-impl WaitState {
+    /// Hands a timepoint claimed by [`expire`](Self::expire) to its
+    /// semaphore: its callback (here, or on the thread holding the
+    /// semaphore's turn) requeues the task.
+    ///
+    /// # Safety
+    /// `w` was put on a `claimed` list by `expire` and taken off it, and
+    /// not handed over since.
+    pub(crate) unsafe fn abandon_claimed(w: NonNull<WaitState>) {
+        // SAFETY: claimed, so alive until its callback runs.
+        let state = unsafe { w.as_ref() };
+        // Our own handle: the callback may requeue the task, which may
+        // retire and free the state (and its handle) during the call.
+        let sem = state.sem.clone();
+        // SAFETY: registered on `sem` (it was listed), claimed once, alive
+        // until its callback runs.
+        unsafe { sem.abandon_claimed(NonNull::from(&state.timepoint)) };
+    }
+
     /// Takes the state out of the executor's list of parked waits, if it
-    /// is there (the wake and a registration that found the value reached
-    /// both do; an expiry unlisted it already).
+    /// is there (a requeued task's first step; an expiry unlisted it
+    /// already).
     fn unlist(&self, exec: &ExecutorState) {
         let mut waits = exec.lock_waits();
         if self.listed.get() {
@@ -131,7 +120,8 @@ impl WaitState {
     }
 }
 
-/// Timepoint callback of a wait task: unlist it and make it ready.
+/// Timepoint callback of a wait task, fired or abandoned: requeue the
+/// task (flagged cancelled if abandoned at shutdown). Takes no lock.
 unsafe fn wait_wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     // SAFETY: the context is the `WaitState` holding this timepoint, alive
     // while the task is suspended (it is, until we requeue it).
@@ -142,18 +132,15 @@ unsafe fn wait_wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     let Some(shared) = state.shared.clone() else {
         unreachable!("a suspended wait task holds its executor");
     };
-    {
-        let waits = shared.lock_waits();
-        if state.expiring.get() {
-            // A worker expiring the wait requeues the task once we report;
-            // after this we touch nothing of it.
-            state.fired.set(true);
-            drop(waits);
-            return;
-        }
+    let task = state.task;
+    // SAFETY: as above; read before the task is requeued.
+    if unsafe { tp.as_ref() }.is_abandoned() && shared.shutdown.load(Ordering::Acquire) {
+        // SAFETY: the task is suspended and ours to requeue.
+        unsafe { task.as_ref() }
+            .flags
+            .fetch_or(FLAG_CANCELLED, Ordering::Relaxed);
     }
-    state.unlist(&shared);
-    shared.inject(state.task);
+    shared.inject(task);
 }
 
 impl Kind for WaitState {
@@ -162,6 +149,11 @@ impl Kind for WaitState {
     unsafe fn run(task: NonNull<Task>, worker: &mut Worker) -> Outcome {
         // SAFETY: the payload is a `WaitState`, owned by the running worker.
         let state = unsafe { &mut *Task::payload_ptr::<WaitState>(task) };
+        if state.shared.is_some() {
+            // Requeued (fired or abandoned): out of the list first, under
+            // its lock, before anything may end the task.
+            state.unlist(&worker.shared);
+        }
         // SAFETY: ours while running.
         if unsafe { task.as_ref() }.flags.load(Ordering::Acquire) & FLAG_CANCELLED != 0 {
             return Outcome::Done(Err(Error::new(
@@ -186,39 +178,83 @@ impl Kind for WaitState {
                 state.shared = Some(worker.shared.clone());
             }
             let ctx = (state as *const WaitState).cast::<()>();
-            state.timepoint = Timepoint::new(state.value, wait_wake, ctx);
-            {
-                let mut waits = worker.shared.lock_waits();
-                // SAFETY: the state lives in the suspended task's payload until
-                // the task is requeued, which unlists it first; `listed` is
-                // false (an unlisted state), so it is in no list.
-                waits.push_back(unsafe { Handle::from_raw(NonNull::from(&*state)) });
-                state.listed.set(true);
-                worker
-                    .shared
-                    .suspended_waits
-                    .store(waits.len(), Ordering::Release);
-            }
-            // Read before registering: once registered, the timepoint may fire
-            // and the task run (and be freed) on another worker.
+            state.timepoint = Timepoint::abandonable(state.value, wait_wake, ctx);
             let timed = state.deadline.is_some();
-            // SAFETY: the timepoint stays in place until it fires or is
-            // cancelled (the task is suspended, its block not freed).
+            let mut waits = worker.shared.lock_waits();
+            // Registered under the list's lock, so no expiring worker sees
+            // the state listed before its timepoint is registered; the
+            // callbacks a registration may run take no such lock.
+            // SAFETY: the timepoint stays in place until its callback runs
+            // (the task is suspended, its block not freed, until then).
             match unsafe { state.sem.register(NonNull::from(&state.timepoint)) } {
                 Registration::Pending => {
+                    // SAFETY: the state lives in the suspended task's
+                    // payload until its task, requeued, unlists it (under
+                    // this lock); `listed` is false, so it is in no list.
+                    waits.push_back(unsafe { Handle::from_raw(NonNull::from(&*state)) });
+                    state.listed.set(true);
+                    worker
+                        .shared
+                        .suspended_waits
+                        .store(waits.len(), Ordering::Release);
+                    drop(waits);
                     if timed {
-                        // A parked worker armed its timer before this deadline
-                        // existed: wake one, so it re-arms (this worker may
-                        // stay busy with other tasks for long).
+                        // A parked worker armed its timer before this
+                        // deadline existed: wake one, so it re-arms (this
+                        // worker may stay busy with other tasks for long).
                         worker.shared.notify();
                     }
                     return Outcome::Suspended;
                 }
-                Registration::Reached | Registration::Failed(_) => {
-                    state.unlist(&worker.shared);
-                    // Loop: the query above now answers.
-                }
+                // Loop: the query above now answers.
+                Registration::Reached | Registration::Failed(_) => drop(waits),
             }
         }
+    }
+}
+
+#[cfg(all(test, not(fenceline_loom)))]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use crate::task::{Executor, ExecutorConfig, Scope};
+    use crate::{Semaphore, Timeout};
+
+    /// A signal that wakes a parked wait task takes no lock: it returns
+    /// while another thread holds the executor's list of parked waits (the
+    /// woken task then waits for the list, on its worker). Mutation
+    /// checked: `wait_wake` taking that list's lock, as it did before: the
+    /// signal does not return while the list is held.
+    #[test]
+    fn a_signal_wakes_a_parked_wait_task_while_the_list_of_waits_is_held() {
+        let exec = Executor::new(ExecutorConfig {
+            workers: 1,
+            spin: false,
+        })
+        .unwrap();
+        let scope = Scope::new();
+        let gate = Semaphore::new(0);
+        let mut g = exec.graph(&scope);
+        g.wait(&gate, 1, Timeout::Never).unwrap();
+        g.submit();
+        while gate.timepoints_registered() == 0 {
+            std::thread::yield_now();
+        }
+        let waits = exec.shared.lock_waits();
+        assert_eq!(waits.len(), 1, "the wait task is parked");
+        let (tx, rx) = mpsc::channel();
+        let signaller = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                gate.signal(1).unwrap();
+                tx.send(()).unwrap();
+            })
+        };
+        let returned = rx.recv_timeout(Duration::from_secs(5)).is_ok();
+        drop(waits);
+        signaller.join().unwrap();
+        assert!(returned, "the signal waited for the list of parked waits");
+        scope.wait_idle(Duration::from_secs(10)).unwrap();
     }
 }
