@@ -147,13 +147,22 @@ impl Kind for WaitState {
     const NAME: &'static str = "wait";
 
     unsafe fn run(task: NonNull<Task>, worker: &mut Worker) -> Outcome {
-        // SAFETY: the payload is a `WaitState`, owned by the running worker.
-        let state = unsafe { &mut *Task::payload_ptr::<WaitState>(task) };
-        if state.shared.is_some() {
-            // Requeued (fired or abandoned): out of the list first, under
-            // its lock, before anything may end the task.
-            state.unlist(&worker.shared);
+        let ptr = Task::payload_ptr::<WaitState>(task);
+        {
+            // A shared borrow until the state is out of the list: an
+            // expiring worker may still write its list fields (interior
+            // mutable) under the lock.
+            // SAFETY: the payload is a `WaitState`.
+            let state = unsafe { &*ptr };
+            if state.shared.is_some() {
+                // Requeued (fired or abandoned): out of the list first,
+                // under its lock, before anything may end the task.
+                state.unlist(&worker.shared);
+            }
         }
+        // SAFETY: the payload is a `WaitState`, owned by the running worker
+        // now that no list holds it.
+        let state = unsafe { &mut *ptr };
         // SAFETY: ours while running.
         if unsafe { task.as_ref() }.flags.load(Ordering::Acquire) & FLAG_CANCELLED != 0 {
             return Outcome::Done(Err(Error::new(
@@ -181,18 +190,21 @@ impl Kind for WaitState {
             state.timepoint = Timepoint::abandonable(state.value, wait_wake, ctx);
             let timed = state.deadline.is_some();
             let mut waits = worker.shared.lock_waits();
-            // Registered under the list's lock, so no expiring worker sees
-            // the state listed before its timepoint is registered; the
-            // callbacks a registration may run take no such lock.
+            // Listed and registered in one critical section, so no
+            // expiring worker sees the state listed before its timepoint is
+            // registered; listed first, as once registered the timepoint
+            // may fire and the task run again on another worker, after
+            // which this one must not touch the state. The callbacks a
+            // registration may run take no such lock.
+            // SAFETY: the state lives in the suspended task's payload until
+            // its task, requeued, unlists it (under this lock); `listed` is
+            // false, so it is in no list.
+            waits.push_back(unsafe { Handle::from_raw(NonNull::from(&*state)) });
+            state.listed.set(true);
             // SAFETY: the timepoint stays in place until its callback runs
             // (the task is suspended, its block not freed, until then).
             match unsafe { state.sem.register(NonNull::from(&state.timepoint)) } {
                 Registration::Pending => {
-                    // SAFETY: the state lives in the suspended task's
-                    // payload until its task, requeued, unlists it (under
-                    // this lock); `listed` is false, so it is in no list.
-                    waits.push_back(unsafe { Handle::from_raw(NonNull::from(&*state)) });
-                    state.listed.set(true);
                     worker
                         .shared
                         .suspended_waits
@@ -206,8 +218,13 @@ impl Kind for WaitState {
                     }
                     return Outcome::Suspended;
                 }
-                // Loop: the query above now answers.
-                Registration::Reached | Registration::Failed(_) => drop(waits),
+                Registration::Reached | Registration::Failed(_) => {
+                    // Never registered: out again before anyone saw it.
+                    // SAFETY: listed just above, under this lock.
+                    let _ = unsafe { waits.remove(NonNull::from(&*state)) };
+                    state.listed.set(false);
+                    // Loop: the query above now answers.
+                }
             }
         }
     }
