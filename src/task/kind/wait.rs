@@ -19,8 +19,10 @@ use crate::task::worker::{ExecutorState, Worker};
 /// The protocol (no lock on the signalling thread, no waiting anywhere):
 /// the timepoint is [abandonable](Timepoint::abandonable). Its callback,
 /// whether it fires or was abandoned, only requeues the task (lock-free).
-/// The task registers it, and lists the state, under the list's lock; a
-/// worker expiring parked waits (a deadline passed, or shutdown) claims
+/// The task lists the state and registers it in one critical section of
+/// the list's lock (listed first: once registered, the task may run again
+/// elsewhere, and this worker touches nothing of it); a worker expiring
+/// parked waits (a deadline passed, or shutdown) claims
 /// the timepoint for abandoning under that lock too, and unlists the
 /// state. A requeued task unlists itself under the lock before anything
 /// else. So whoever touches a parked state under the lock finds it alive:
