@@ -13,7 +13,7 @@
 use fenceline::semaphore::EventPool;
 use fenceline::task::{Executor, ExecutorConfig, Scope};
 use fenceline::{wait_all, CpuConfig, Device, ErrorKind, Semaphore, Timeout};
-use fenceline_loom_tests::big_model;
+use fenceline_loom_tests::{big_model, submit_wait_then_fence};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
@@ -305,12 +305,7 @@ fn a_wait_task_is_woken_by_a_signal_from_another_thread() {
     big_model().check(|| {
         let exec = exec(1);
         let (gate, out) = (Semaphore::new(0), Semaphore::new(0));
-        let scope = Scope::new();
-        let mut g = exec.graph(&scope);
-        let w = g.wait(&gate, 1, Timeout::Never).unwrap();
-        let f = g.fence(Some((&out, 1))).unwrap();
-        g.set_completion(w, f).unwrap();
-        g.submit();
+        let scope = submit_wait_then_fence(&exec, &gate, &out);
         let signaller = {
             let gate = gate.clone();
             thread::spawn(move || gate.signal(1).unwrap())

@@ -8,9 +8,9 @@
 
 use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::PendingQueue;
-use fenceline::task::{Executor, ExecutorConfig, Scope};
-use fenceline::{CpuConfig, Device, ErrorKind, Semaphore, Timeout};
-use fenceline_loom_tests::big_model;
+use fenceline::task::{Executor, ExecutorConfig};
+use fenceline::{CpuConfig, Device, ErrorKind, Semaphore};
+use fenceline_loom_tests::{big_model, submit_wait_then_fence};
 use loom::thread;
 
 // Mutation caught: `queue_wake` (src/queue/pending.rs) pushing the woken
@@ -56,12 +56,7 @@ fn executor_dropped_while_a_signal_wakes_a_wait_task() {
         })
         .unwrap();
         let (gate, out) = (Semaphore::new(0), Semaphore::new(0));
-        let scope = Scope::new();
-        let mut g = exec.graph(&scope);
-        let w = g.wait(&gate, 1, Timeout::Never).unwrap();
-        let f = g.fence(Some((&out, 1))).unwrap();
-        g.set_completion(w, f).unwrap();
-        g.submit();
+        let _scope = submit_wait_then_fence(&exec, &gate, &out);
         let signaller = {
             let gate = gate.clone();
             thread::spawn(move || gate.signal(1).unwrap())
@@ -128,12 +123,7 @@ fn executor_dropped_while_a_worker_parks_a_wait_task() {
         })
         .unwrap();
         let (gate, out) = (Semaphore::new(0), Semaphore::new(0));
-        let scope = Scope::new();
-        let mut g = exec.graph(&scope);
-        let w = g.wait(&gate, 1, Timeout::Never).unwrap();
-        let f = g.fence(Some((&out, 1))).unwrap();
-        g.set_completion(w, f).unwrap();
-        g.submit();
+        let _scope = submit_wait_then_fence(&exec, &gate, &out);
         drop(exec);
         assert_eq!(out.query().unwrap_err().kind(), ErrorKind::Cancelled);
     });
