@@ -416,3 +416,35 @@ fn a_chained_action_hops_onto_the_worker_that_completed_the_one_before() {
         drop(device);
     });
 }
+
+// Catches: `Scope::wait_idle` returning before the scope's tasks ran. A
+// scope reused for a second submission, on one worker: the worker's
+// retirement of the first task takes the count to zero and then bumps the
+// count of idle transitions and signals it; the submitter, having seen
+// the count at zero (first `wait_idle`), submits again, reads the idle
+// transitions before that bump, and waits for one more: the late bump of
+// the first transition ended that wait while the second task had not run.
+// Found by Miri (seed 2) in `a_wait_expiring_while_a_signal_fires_it_
+// completes_once`. Mutation checked: `wait_idle` waiting once, without
+// looking at the pending count again: the assertion below fails.
+#[test]
+fn a_reused_scope_is_idle_only_after_its_second_submission_ran() {
+    big_model().check(|| {
+        let exec = exec(1);
+        let scope = Scope::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        for round in 1..=2 {
+            let mut g = exec.graph(&scope);
+            let r = runs.clone();
+            g.call(move |_| {
+                r.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap();
+            g.submit();
+            scope.wait_idle(Timeout::Never).unwrap();
+            assert_eq!(runs.load(Ordering::Relaxed), round, "round {round}");
+        }
+        drop(exec);
+    });
+}

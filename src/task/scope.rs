@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::ptr::NonNull;
+use std::time::Instant;
 
 use crate::error::Error;
 use crate::semaphore::{Semaphore, Timeout};
@@ -111,7 +112,10 @@ impl Scope {
     }
 
     /// Blocks until no task of the scope is outstanding, then returns the
-    /// first error (if any task failed).
+    /// first error (if any task failed). Every task submitted before the
+    /// call (and every task those spawn) has retired when it returns `Ok`
+    /// or the scope's error; while other threads keep submitting to the
+    /// scope, it returns at the first moment it finds none outstanding.
     ///
     /// # Errors
     ///
@@ -141,11 +145,30 @@ impl Scope {
     /// ```
     pub fn wait_idle(&self, timeout: impl Into<Timeout>) -> Result<(), Error> {
         let inner = &*self.inner;
-        // Read the idle count before the pending count: if the scope goes
-        // idle after our check, the count has passed `seen` by then.
-        let seen = inner.idles.load(Ordering::Acquire);
-        if inner.pending.load(Ordering::Acquire) != 0 {
-            inner.idle.wait(seen + 1, timeout)?;
+        let timeout = timeout.into();
+        let deadline = match timeout {
+            Timeout::After(_) => timeout.deadline_from(Instant::now()),
+            Timeout::Immediate | Timeout::Never => None,
+        };
+        // Idle only when the pending count reads zero: a wake-up of the
+        // idle semaphore may come from an earlier idle transition, whose
+        // retirement took the count to zero (seen by an earlier call) but
+        // bumped `idles` only after this call read it (loom model
+        // `a_reused_scope_is_idle_only_after_its_second_submission_ran`).
+        loop {
+            // Read the idle count before the pending count: if the scope
+            // goes idle after our check, the count passes `seen` by then.
+            let seen = inner.idles.load(Ordering::Acquire);
+            if inner.pending.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            let left = match (timeout, deadline) {
+                (Timeout::After(_), Some(d)) => {
+                    Timeout::After(d.saturating_duration_since(Instant::now()))
+                }
+                _ => timeout,
+            };
+            inner.idle.wait(seen + 1, left)?;
         }
         match self.error() {
             Some(e) => Err(e),
