@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 use fenceline::task::{Executor, ExecutorConfig, Scope};
 use fenceline::{CpuConfig, Device, Semaphore};
 
-// Under Miri (about a thousand times slower) a hang limit of 10 s fails
-// healthy runs.
-const LIMIT: Duration = Duration::from_secs(if cfg!(miri) { 900 } else { 10 });
+const LIMIT: Duration = Duration::from_secs(10);
 /// Worker threads are named `fenceline-worker-N`; Linux keeps the first 15
 /// bytes of a thread's name.
 const WORKER: &str = "fenceline-work";
@@ -72,6 +70,8 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 #[test]
+// Miri runs every thread on one host thread: `/proc` shows no worker.
+#[cfg_attr(miri, ignore)]
 fn teardown_leaves_no_thread_running_and_burns_no_cpu() {
     assert!(threads(WORKER).is_empty(), "no worker before");
 
