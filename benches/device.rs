@@ -15,7 +15,8 @@
 //!   tile sums 256 floats and stores the sum), each waiting on the one
 //!   before through a semaphore, one host wait at the end; the peer, 200
 //!   rayon `par_iter`s over the same tiles, one after another, on a
-//!   2-thread pool.
+//!   2-thread pool; the work alone, `sequential_one_thread` (half of it
+//!   is the two-worker ideal).
 //!
 //! The pipeline's frame time against rayon + std channels is in
 //! `benches/pipeline.rs` (and `cargo run --release --example pipeline`).
@@ -256,6 +257,18 @@ fn chained_dispatches(c: &mut Criterion) {
                     (0..TILES).into_par_iter().for_each(&tile);
                 }
             })
+        })
+    });
+    // The work itself: the same tiles on this one thread. Half of it is
+    // what two perfectly shared workers would take, so each design's time
+    // over (this / 2) is its scheduling overhead plus imbalance.
+    group.bench_function("sequential_one_thread", |b| {
+        b.iter(|| {
+            for _ in 0..FRAMES {
+                for i in 0..TILES {
+                    tile(std::hint::black_box(i));
+                }
+            }
         })
     });
     let expected: f32 = input[..PER_TILE].iter().sum();
