@@ -162,12 +162,9 @@ impl Scope {
             if inner.pending.load(Ordering::Acquire) == 0 {
                 break;
             }
-            let left = match (timeout, deadline) {
-                (Timeout::After(_), Some(d)) => {
-                    Timeout::After(d.saturating_duration_since(Instant::now()))
-                }
-                _ => timeout,
-            };
+            let left = deadline.map_or(timeout, |d| {
+                Timeout::After(d.saturating_duration_since(Instant::now()))
+            });
             inner.idle.wait(seen + 1, left)?;
         }
         match self.error() {
