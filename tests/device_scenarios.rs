@@ -2,8 +2,6 @@
 //! shared with the CUDA device) plus what only the CPU device has (dispatch
 //! closures that fail per tile).
 
-use std::time::Duration;
-
 use fenceline::{Error, ErrorKind, Semaphore, Tile};
 
 #[cfg(feature = "cuda")]
@@ -12,9 +10,7 @@ mod cuda;
 #[path = "common/scenarios.rs"]
 mod scenarios;
 
-// Under Miri (about a thousand times slower) a hang limit of 10 s fails
-// healthy runs.
-const LONG: Duration = Duration::from_secs(if cfg!(miri) { 900 } else { 10 });
+use scenarios::LONG;
 
 all_scenarios!(Some(scenarios::Rig::cpu()));
 
