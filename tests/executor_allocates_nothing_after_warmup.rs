@@ -15,9 +15,6 @@ mod common;
 #[global_allocator]
 static GLOBAL: common::Counting = common::Counting;
 
-/// The allocation counter is process-wide: one test at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn round(exec: &Executor, scope: &Scope, sum: &Arc<AtomicU64>) {
     let mut g = exec.graph(scope);
     let start = g.nop().unwrap();
@@ -54,9 +51,7 @@ fn round(exec: &Executor, scope: &Scope, sum: &Arc<AtomicU64>) {
     scope.wait_idle(Duration::from_secs(10)).unwrap();
 }
 
-#[test]
 fn fork_join_and_dispatch_allocate_nothing() {
-    let _serial = common::serial(&SERIAL);
     let exec = Executor::new(ExecutorConfig {
         workers: 2,
         spin: true,
@@ -105,9 +100,7 @@ fn allocations_per_100<const N: usize>(
     common::allocations() - before
 }
 
-#[test]
 fn closures_allocate_only_past_their_documented_room() {
-    let _serial = common::serial(&SERIAL);
     use fenceline::task::{CALL_INLINE_BYTES, DISPATCH_INLINE_BYTES, FINALLY_INLINE_BYTES};
     let exec = Executor::new(ExecutorConfig {
         workers: 2,
@@ -156,4 +149,16 @@ fn closures_allocate_only_past_their_documented_room() {
         [100, 100, 100],
         "one byte more: one box per task"
     );
+}
+
+/// The checks above, one after another in this binary's only test: the
+/// allocation count is process-wide, and a second test's thread, started
+/// late on a busy machine, allocates on itself before its body runs
+/// (libtest's set-up: 2 allocations measured) inside another test's
+/// window. (With two tests, `[3, 0, 0]` allocations were once read in CI
+/// for the closures' first window.)
+#[test]
+fn one_check_after_another() {
+    fork_join_and_dispatch_allocate_nothing();
+    closures_allocate_only_past_their_documented_room();
 }

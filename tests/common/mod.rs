@@ -4,7 +4,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 /// Forwards to `System`, counting every allocation and reallocation on
 /// every thread but the test harness's (see [`allocations`]).
@@ -16,19 +15,19 @@ std::thread_local! {
     /// This thread's allocations (const, no destructor: reading it never
     /// allocates, even from the allocator or during thread exit).
     static MINE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    /// Set on the harness's threads, whose allocations `allocations` does
-    /// not count (const, no destructor, as `MINE`).
+    /// Set on the harness's main thread, whose allocations `allocations`
+    /// does not count (const, no destructor, as `MINE`).
     static HARNESS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Allocations (and reallocations) so far, on every thread but the test
-/// harness's: the process's main thread, which runs no test but may
-/// allocate while a test runs (it spawns the next test's thread, prints a
-/// finished test's result, and allocates when it first blocks on its
-/// channel, late on a busy machine), and a test's thread once its
-/// [`serial`] guard drops (it then sends its result, which may allocate
-/// while the next test measures). Every other thread counts: the test's
-/// own and every thread the library starts.
+/// harness's main thread, which runs no test but may allocate while one
+/// runs (it allocates when it first blocks on its channel, late on a busy
+/// machine). Every other thread counts: the test's own and every thread
+/// the library starts. So a counting binary holds one `#[test]`: a second
+/// test's thread would count too, and it allocates on itself (libtest's
+/// set-up) before its body runs, late on a busy machine, inside the other
+/// test's window.
 #[allow(dead_code)] // not every test binary uses both counts
 pub fn allocations() -> usize {
     ALLOCATIONS.load(Ordering::Relaxed)
@@ -46,33 +45,6 @@ static MARK_MAIN_THREAD: extern "C" fn() = {
     }
     mark
 };
-
-/// Whether this thread's allocations are left out of `allocations` (the
-/// harness's main thread, or a test's thread after its `serial` guard).
-#[allow(dead_code)]
-pub fn uncounted_here() -> bool {
-    HARNESS.with(|h| h.get())
-}
-
-/// One test at a time (the count is process-wide): holds `lock` until
-/// dropped, and then first marks this thread as the harness's, so what the
-/// harness does on it after the test (sending the result) is not counted
-/// while the next test measures.
-#[allow(dead_code)]
-pub fn serial(lock: &'static Mutex<()>) -> Serial {
-    Serial(Some(lock.lock().unwrap_or_else(|p| p.into_inner())))
-}
-
-/// See [`serial`].
-#[allow(dead_code)]
-pub struct Serial(Option<MutexGuard<'static, ()>>);
-
-impl Drop for Serial {
-    fn drop(&mut self) {
-        HARNESS.with(|h| h.set(true));
-        drop(self.0.take());
-    }
-}
 
 /// Allocations (and reallocations) so far on the calling thread, counted
 /// whether or not it is the harness's.
