@@ -151,3 +151,45 @@ fn a_shut_down_queue_counts_its_pending_actions_cancelled() {
         (5, 0, 0, 0)
     );
 }
+
+/// Waits until both workers are parked (no wait task runs, so no park
+/// ends on a deadline: parks - wake-ups is the number parked).
+fn both_parked(d: &Device) -> DeviceStats {
+    let deadline = Instant::now() + T;
+    loop {
+        let st = d.stats();
+        if st.worker_parks - st.worker_wakeups == 2 {
+            return st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "workers never both parked: {st:?}"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// With every worker parked, an `execute` of one tile wakes exactly one
+/// worker, which runs it and parks again; the other sleeps through.
+/// (Mutation checked: `ExecutorState::notify` waking every worker, as
+/// `wake_all` does, reads 2 wake-ups per execute.)
+#[test]
+fn an_execute_wakes_exactly_one_parked_worker() {
+    let d = device();
+    let q = d.queue(0).unwrap();
+    let s = Semaphore::new(0);
+    let mut cb = d.command_buffer().unwrap();
+    cb.dispatch([1, 1, 1], |_| Ok(())).unwrap();
+    cb.end().unwrap();
+    for i in 0..20 {
+        let before = both_parked(&d);
+        q.execute(&[], &[(&s, i + 1)], &[&cb]).unwrap();
+        s.wait(i + 1, T).unwrap();
+        let after = both_parked(&d);
+        assert_eq!(
+            after.worker_wakeups - before.worker_wakeups,
+            1,
+            "execute {i}: {before:?} then {after:?}"
+        );
+    }
+}
