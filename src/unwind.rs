@@ -59,11 +59,20 @@ impl FirstPanic {
     /// Goes on unwinding with the first panic, if any step panicked
     /// (unless this thread is already unwinding: then the panic is
     /// dropped, as a second panic would abort).
+    #[inline]
     pub(crate) fn resume(self) {
         if let Some(p) = self.0 {
-            if !std::thread::panicking() {
-                resume_unwind(p);
-            }
+            resume_first(p);
         }
+    }
+}
+
+/// [`FirstPanic::resume`]'s rare half, out of line: every completion
+/// calls `resume`, and almost none has a panic to go on with.
+#[cold]
+#[inline(never)]
+fn resume_first(p: Box<dyn Any + Send>) {
+    if !std::thread::panicking() {
+        resume_unwind(p);
     }
 }

@@ -155,7 +155,7 @@ impl CpuBackend {
             Ok(())
         });
         match task {
-            Ok(_) => g.submit(),
+            Ok(_) => g.submit_in_place(),
             // No task block: the closure (with the completion) is dropped,
             // which fails the action's signals.
             Err(_) => drop(g),
@@ -195,7 +195,7 @@ impl CpuBackend {
                         g.scope().fail(e);
                     }
                 }
-                g.submit();
+                g.submit_in_place();
             }
             // Building failed (out of task blocks): dropping the graph
             // drops the finally closure and its completion, which fails

@@ -477,7 +477,15 @@ impl<'e> Graph<'e> {
     }
 
     /// Hands every task to the executor; those without predecessors start.
+    #[inline]
     pub fn submit(mut self) {
+        self.submit_in_place();
+    }
+
+    /// [`submit`](Self::submit) without moving the graph (a few hundred
+    /// bytes with its own block cache): the graph is left empty, and its
+    /// drop then frees nothing.
+    pub(crate) fn submit_in_place(&mut self) {
         if self.count == 0 {
             return;
         }
