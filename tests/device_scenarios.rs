@@ -116,3 +116,95 @@ fn execute_never_runs_user_work_on_the_calling_thread() {
         "user work ran on the thread that called execute"
     );
 }
+
+/// An execute of one command that runs whole on one worker (a dispatch of
+/// at most one tile, a fill, an update, a copy) is one task that runs the
+/// command and then completes (`CpuBackend::issue_execute`, `alone`). It
+/// reports as the command's own task would: the tile's error, a panic as
+/// `Internal`, no call for an empty grid; and a one-command execute of
+/// more tiles, or of two commands, still runs all of them. Mutations
+/// checked: the one task completing with the scope's result instead of
+/// the command's fails the error case; `run_alone` not running the
+/// dispatch's tile fails the one-tile case.
+#[test]
+fn a_one_command_execute_reports_as_its_task_would() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let d = device(1);
+    let q = d.queue(0).unwrap();
+    let run = |cb: &fenceline::CommandBuffer| {
+        let s = Semaphore::new(0);
+        q.execute(&[], &[(&s, 1)], &[cb]).unwrap();
+        s.wait(1, LONG)
+    };
+    let dispatch = |grid: [u32; 3], f: fn(&Tile) -> Result<(), Error>| {
+        let calls = Arc::new(AtomicU32::new(0));
+        let c = calls.clone();
+        let mut cb = d.command_buffer().unwrap();
+        cb.dispatch(grid, move |t: &Tile| {
+            c.fetch_add(1, Ordering::Relaxed);
+            assert_eq!(t.workgroup_count, grid);
+            f(t)
+        })
+        .unwrap();
+        cb.end().unwrap();
+        (
+            run(&cb).map_err(|e| (e.kind(), e.message().to_string())),
+            calls.load(Ordering::Relaxed),
+        )
+    };
+    // One tile: tile [0, 0, 0] of its grid, once.
+    let (r, calls) = dispatch([1, 1, 1], |t| {
+        assert_eq!(t.workgroup_id, [0, 0, 0]);
+        Ok(())
+    });
+    assert_eq!((r, calls), (Ok(()), 1));
+    // Its error fails the signal.
+    let (r, calls) = dispatch([1, 1, 1], |_| {
+        Err(Error::new(ErrorKind::OutOfRange, "the one tile"))
+    });
+    assert_eq!(
+        (r, calls),
+        (Err((ErrorKind::OutOfRange, "the one tile".to_string())), 1)
+    );
+    // A panic becomes `Internal`, with its message.
+    let (r, calls) = dispatch([1, 1, 1], |_| panic!("the one tile panics"));
+    let (kind, message) = r.unwrap_err();
+    assert_eq!((kind, calls), (ErrorKind::Internal, 1));
+    assert!(message.contains("the one tile panics"), "{message}");
+    // No tile: no call, and success.
+    assert_eq!(dispatch([0, 1, 1], |_| Ok(())), (Ok(()), 0));
+    // Two tiles, one command: both run (split across the workers).
+    assert_eq!(dispatch([2, 1, 1], |_| Ok(())), (Ok(()), 2));
+    // One fill alone, then an update alone, then a copy alone.
+    let (a, b) = (d.buffer(8).unwrap(), d.buffer(8).unwrap());
+    let mut cb = d.command_buffer().unwrap();
+    cb.fill(&a, 0, 8, &[7]).unwrap();
+    cb.end().unwrap();
+    run(&cb).unwrap();
+    let mut cb = d.command_buffer().unwrap();
+    cb.update(&[1, 2], &a, 3).unwrap();
+    cb.end().unwrap();
+    run(&cb).unwrap();
+    let mut cb = d.command_buffer().unwrap();
+    cb.copy(&a, 0, &b, 0, 8).unwrap();
+    cb.end().unwrap();
+    run(&cb).unwrap();
+    let mut got = [0u8; 8];
+    b.read(0, &mut got).unwrap();
+    assert_eq!(got, [7, 7, 7, 1, 2, 7, 7, 7]);
+    // Two one-tile commands in one stage: both run.
+    let calls = Arc::new(AtomicU32::new(0));
+    let mut cb = d.command_buffer().unwrap();
+    for _ in 0..2 {
+        let c = calls.clone();
+        cb.dispatch([1, 1, 1], move |_: &Tile| {
+            c.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+        .unwrap();
+    }
+    cb.end().unwrap();
+    run(&cb).unwrap();
+    assert_eq!(calls.load(Ordering::Relaxed), 2);
+}

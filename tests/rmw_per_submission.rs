@@ -177,6 +177,7 @@ fn rmws_per_submission_path() {
             .push(((all1 - all0) - (mine1 - mine0)) * 10 / CHAIN);
     }
 
+    let ready_fixed = *ready.caller.iter().min().unwrap();
     let (ready_caller, ready_others) = ready.report();
     let (wait_caller, _) = wait.report();
     let (pending_caller, _) = pending.report();
@@ -198,7 +199,14 @@ fn rmws_per_submission_path() {
     // before the issuer's cache) fails `READY` with 17; the
     // issuer's skipped submit stack, put back, fails `READY` with 19;
     // cloning the wait's semaphore in `classify` fails `PENDING` with 16).
-    assert!(ready_caller <= READY, "execute, ready: {ready_caller} RMWs");
+    assert!(
+        ready_fixed <= READY,
+        "execute, ready: {ready_fixed} RMWs in every frame"
+    );
+    assert!(
+        ready_caller <= READY + REFILLS,
+        "execute, ready: {ready_caller} RMWs in one frame"
+    );
     assert_eq!(wait_caller, WAIT, "host wait: {wait_caller} RMWs");
     assert!(
         pending_caller <= PENDING,
@@ -223,14 +231,21 @@ fn rmws_per_submission_path() {
 
 /// Today's counts (2026-12-01, after the cuts in ARCHITECTURE.md's
 /// table; the worker side with some room for its idle cycle).
-/// (11: one execute in eight refills the issuer's block cache, one CAS.
-/// 10-11 since a device's per-submission scope counts no tasks and its
+/// (`READY` is the count of every frame; one frame in 17 adds
+/// `REFILLS`. 10-11 since a device's per-submission scope counts no tasks and its
 /// graph borrows the scope's handle; mutations checked: a counted scope
 /// (`Scope::new` in `CpuBackend::take_scope`) gives 12-13 here, 18 on the
 /// worker and 16-17 for the readying signal; the graph cloning the handle
 /// (`with_cache`) gives 12-13, 16-17 and a hop of 20.2.) The worker's side varies with its idle cycle:
 /// bounded with room.
-const READY: u64 = 11;
+const READY: u64 = 10;
+/// What one ready execute in 17 adds: the refills of its two block caches
+/// (the queue's action blocks and the issuer's task blocks, one CAS each
+/// for 17 blocks). Since a one-command execute is one task (2026-12-02)
+/// both caches take one block an execute and refill in the same frame;
+/// before, the task cache took two and refilled every eighth frame (and
+/// `READY` was 11).
+const REFILLS: u64 = 2;
 const WAIT: u64 = 0;
 /// (13 and 21 since a pass takes a free, unrequested turn with one CAS
 /// from 0 and skips the first round's clearing RMW; mutation checked: the

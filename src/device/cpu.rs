@@ -165,7 +165,15 @@ impl CpuBackend {
     fn issue_execute(&self, work: Completion<Self>) {
         let scope = self.take_scope();
         let mut g = self.graph(&scope);
-        let built = build(&mut g, &work);
+        // An execute of one command that runs whole on one worker (a
+        // one-tile dispatch, a copy, a fill, an update) is one task: its
+        // `finally` runs the command, then completes. No command task, no
+        // join, one trip through the worker instead of two.
+        let alone = alone(&work);
+        let built = match alone {
+            Some(_) => Ok(None),
+            None => build(&mut g, &work),
+        };
         let backend = BackendRef(self);
         // The graph holds its own handle: this one moves into the closure
         // (no clone and drop, two read-modify-writes, per execute).
@@ -180,6 +188,14 @@ impl CpuBackend {
             // submission can reuse it.
             let _ = finish_scope.take_error();
             backend.free_scopes.push(finish_scope.into_handle());
+            let result = match alone {
+                // SAFETY: the command lives in a recording that `work`
+                // holds until `release_recordings` below.
+                Some(command) => {
+                    result.and_then(|()| crate::unwind::guarded(|| unsafe { run_alone(command) }))
+                }
+                None => result,
+            };
             let mut work = work;
             super::release_recordings(work.payload_mut());
             // The completion signals, and a queue it readies issues here:
@@ -255,6 +271,50 @@ fn build(
         }
     }
     Ok(open)
+}
+
+/// The command of `work` if it is its only one and runs whole on one
+/// worker anyway: one command buffer of one stage of one command, which
+/// is not a dispatch of more than one tile (those split across workers).
+fn alone(work: &Completion<CpuBackend>) -> Option<Recorded<Command>> {
+    let Work::Execute { inline, more: None } = work.payload() else {
+        return None;
+    };
+    let mut recordings = inline.iter().flatten();
+    let recording = recordings.next()?;
+    if recordings.next().is_some() {
+        return None;
+    }
+    let mut stages = recording.stages();
+    let stage = stages.next()?;
+    if stages.next().is_some() || stage.len() != 1 {
+        return None;
+    }
+    let command = stage.commands().next()?;
+    match command {
+        Command::Dispatch { grid, .. } if crate::task::tile_count(*grid).ok()? > 1 => None,
+        _ => Some(Recorded(command)),
+    }
+}
+
+/// Runs a command that [`alone`] picked, whole, on this thread: as its
+/// task would (a dispatch's one tile through its tile loop, a panic an
+/// `Internal` error through the caller's `guarded`).
+///
+/// # Safety
+///
+/// The command's recording is held for the call.
+unsafe fn run_alone(command: Recorded<Command>) -> Result<(), Error> {
+    // SAFETY: per contract.
+    match unsafe { &*command.0 } {
+        Command::Dispatch { grid, f, run } => match crate::task::tile_count(*grid)? {
+            0 => Ok(()),
+            // SAFETY: `run` was made for the closure `f` (see `RunTiles`),
+            // which the held recording keeps alive.
+            total => unsafe { run(f.as_ptr().cast::<()>(), *grid, 0, total) },
+        },
+        other => other.run(),
+    }
 }
 
 /// A recorded dispatch's closure and its tile loop, as the executor runs
