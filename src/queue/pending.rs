@@ -425,7 +425,20 @@ pub(crate) fn in_issue_pass() -> bool {
 /// `u64::MAX` is the reserved failure value: a wait on it can never be met
 /// and a signal of it would fail the semaphore. Rejected before anything
 /// is touched.
+#[inline]
 fn check_values(waits: &[(&Semaphore, u64)], signals: &[(&Semaphore, u64)]) -> Result<(), Error> {
+    let reserved = |(_, v): &(&Semaphore, u64)| *v == u64::MAX;
+    if !waits.iter().any(reserved) && !signals.iter().any(reserved) {
+        return Ok(());
+    }
+    reserved_value(waits, signals)
+}
+
+/// [`check_values`]' error, out of line (every submission checks, almost
+/// none fails).
+#[cold]
+#[inline(never)]
+fn reserved_value(waits: &[(&Semaphore, u64)], signals: &[(&Semaphore, u64)]) -> Result<(), Error> {
     let bad = |list: &[(&Semaphore, u64)]| list.iter().position(|(_, v)| *v == u64::MAX);
     if let Some(i) = bad(waits) {
         return Err(Error::new(

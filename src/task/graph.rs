@@ -259,7 +259,7 @@ impl<'e> Graph<'e> {
 
     /// A task that does nothing (a join point).
     pub fn nop(&mut self) -> Result<TaskId, Error> {
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), Nop);
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), || Nop);
         self.adopt(t)
     }
 
@@ -297,7 +297,9 @@ impl<'e> Graph<'e> {
     where
         F: FnOnce(Result<(), Error>) + Send + 'static,
     {
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), FinallyPayload::new(f));
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), || {
+            FinallyPayload::new(f)
+        });
         self.adopt(t)
     }
 
@@ -346,7 +348,7 @@ impl<'e> Graph<'e> {
         let t = new_task(
             &mut self.cache,
             self.scope.as_ptr(),
-            BarrierPayload::default(),
+            BarrierPayload::default,
         );
         self.adopt(t)
     }
@@ -358,7 +360,7 @@ impl<'e> Graph<'e> {
         let payload = FencePayload {
             signal: signal.map(|(s, v)| (s.clone(), v)),
         };
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), payload);
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), || payload);
         self.adopt(t)
     }
 
@@ -378,7 +380,7 @@ impl<'e> Graph<'e> {
             t => t.deadline_from(Instant::now()),
         };
         let state = WaitState::new(semaphore.clone(), value, deadline);
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), state);
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), || state);
         self.adopt(t)
     }
 
@@ -408,11 +410,9 @@ impl<'e> Graph<'e> {
         tiles: T,
     ) -> Result<TaskId, Error> {
         let total = super::tile_count(grid)?;
-        let t = new_task(
-            &mut self.cache,
-            self.scope.as_ptr(),
-            DispatchPayload::new(grid, total, tiles),
-        );
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), || {
+            DispatchPayload::new(grid, total, tiles)
+        });
         self.adopt(t)
     }
 

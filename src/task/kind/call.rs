@@ -113,11 +113,7 @@ pub(crate) fn make_call<F, C: BlockSource + ?Sized>(
 where
     F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
 {
-    new_task(
-        cache,
-        scope,
-        CallPayload {
-            f: SmallBox::new(f),
-        },
-    )
+    new_task(cache, scope, || CallPayload {
+        f: SmallBox::new(f),
+    })
 }

@@ -94,14 +94,10 @@ where
         // deque trip), and this worker starts on tiles at once.
         t.unfinished.set(1);
         for _ in 1..shards {
-            let shard = match new_task(
-                worker.cache(),
-                t.scope,
-                ShardPayload::<F> {
-                    dispatch: task,
-                    _dispatch_kind: PhantomData,
-                },
-            ) {
+            let shard = match new_task(worker.cache(), t.scope, || ShardPayload::<F> {
+                dispatch: task,
+                _dispatch_kind: PhantomData,
+            }) {
                 Ok(s) => s,
                 Err(e) => {
                     // SAFETY: the task keeps its scope alive.

@@ -75,12 +75,16 @@ unsafe fn drop_in_block<T>(task: NonNull<Task>) {
     unsafe { std::ptr::drop_in_place(Task::payload_ptr::<T>(task)) }
 }
 
-/// Writes a task of kind `K` with `payload` into a fresh block (not yet
-/// ready: `unfinished` 0, no links).
+/// Writes a task of kind `K` with the payload `make` returns into a fresh
+/// block (not yet ready: `unfinished` 0, no links). The payload is made
+/// once the block is had, straight into it when the compiler sees through
+/// `make` (a payload of a few hundred bytes is not made on the stack and
+/// copied); if no block can be had, `make` is dropped uncalled.
+#[inline]
 pub(crate) fn new_task<K: Kind, C: BlockSource + ?Sized>(
     cache: &mut C,
     scope: NonNull<ScopeInner>,
-    payload: K,
+    make: impl FnOnce() -> K,
 ) -> Result<NonNull<Task>, Error> {
     const { assert!(Task::fits::<K>(), "payload too large for a task block") };
     // SAFETY: the caller's graph handle or running task keeps the scope
@@ -105,7 +109,7 @@ pub(crate) fn new_task<K: Kind, C: BlockSource + ?Sized>(
         addr_of_mut!((*t).counted).write(counted);
         addr_of_mut!((*t).runs).write(crate::sync::Cell::new(0));
         addr_of_mut!((*t).seq).write(crate::sync::Cell::new(0));
-        Task::payload_ptr::<K>(task).write(payload);
+        Task::payload_ptr::<K>(task).write(make());
     }
     Ok(task)
 }
