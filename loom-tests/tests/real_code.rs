@@ -382,9 +382,11 @@ fn wait_all_over_two_semaphores_loses_no_wake_up() {
 // Catches: the next action of a chain, issued by its predecessor's
 // completion on a worker and hopped onto that worker's own deque
 // (`ExecutorState::hop`, `Worker::find`), lost, run twice, or stranded
-// unannounced while the device is dropped. Mutation checked: `hop` taking
+// unannounced while the device is dropped. Mutations checked: `hop` taking
 // the first ready task off the list without pushing it: deadlock (the
-// host waits for the second signal for ever).
+// host waits for the second signal for ever); the worker never taking
+// the task a hop left in its `next` slot (`Worker::take_next` answering
+// `None`): deadlock.
 #[test]
 fn a_chained_action_hops_onto_the_worker_that_completed_the_one_before() {
     // One preemption, as the blocking models: with two it ran past 6

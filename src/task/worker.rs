@@ -311,6 +311,12 @@ pub(crate) struct Local {
     /// A hop pushed tasks on the deque: the worker announces them (as
     /// its own pushes) unless it is about to run the only one.
     hopped: std::cell::Cell<bool>,
+    /// The one task a hop made ready, when it was the only one and the
+    /// deque was empty: the worker runs it next, right after the task
+    /// whose completion hopped (no deque push and pop, whose pop is a
+    /// full fence). Emptied after every run and at every `find`, so a
+    /// task never stays here while the worker does anything else.
+    next: std::cell::Cell<Option<NonNull<Task>>>,
     /// Task blocks, cached per worker (no atomics while the stash lasts):
     /// the worker's retirements and spawns, and the graphs a completion
     /// issues on this thread ([`ExecutorState::worker_cache`]), so a chain
@@ -398,6 +404,18 @@ impl ExecutorState {
         if !std::ptr::eq(local.exec, self) {
             return Err(ready);
         }
+        if local.next.get().is_none() && local.deque.is_empty() {
+            if let Some(only) = ready.pop_front() {
+                if ready.is_empty() {
+                    // The chain's usual hop: one task, nothing else here.
+                    // The worker runs it next, with no announcement (as
+                    // it would pop the only task of its deque).
+                    local.next.set(Some(only.into_raw()));
+                    return Ok(());
+                }
+                ready.push_front(only);
+            }
+        }
         while local.deque.len() < LOCAL_CAP {
             let Some(task) = ready.pop_front() else { break };
             local.deque.push(TaskPtr(task.into_raw()));
@@ -471,6 +489,7 @@ impl Worker {
             deque,
             exec: Arc::as_ptr(&shared),
             hopped: std::cell::Cell::new(false),
+            next: std::cell::Cell::new(None),
             cache: std::cell::UnsafeCell::new(BlockCache::new(TaskPool(shared.clone()))),
         });
         Worker {
@@ -540,8 +559,17 @@ impl Worker {
         self.unannounced = false;
     }
 
-    /// The next task to run: own deque, injector, steal.
+    /// The task a hop left in [`Local::next`], if any.
+    fn take_next(&mut self) -> Option<NonNull<Task>> {
+        // SAFETY: as in `local`.
+        unsafe { self.local.as_ref() }.next.take()
+    }
+
+    /// The next task to run: a hop's, own deque, injector, steal.
     fn find(&mut self) -> Option<NonNull<Task>> {
+        if let Some(t) = self.take_next() {
+            return Some(t);
+        }
         self.take_hopped();
         if self.spill.is_empty() {
             if let Some(t) = self.local().pop() {
@@ -908,10 +936,18 @@ impl Worker {
                     true
                 }
             };
+            // A hop during the run (its completion readied the next
+            // action) left that action's only task: run it next, after
+            // anything the retirement makes ready here is pushed.
+            let hopped = self.take_next();
             let next = self.retire(task, failed);
-            match next {
-                Some(n) => task = n,
-                None => return,
+            match (next, hopped) {
+                (Some(n), Some(h)) => {
+                    self.push(h);
+                    task = n;
+                }
+                (Some(n), None) | (None, Some(n)) => task = n,
+                (None, None) => return,
             }
         }
     }
