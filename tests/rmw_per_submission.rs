@@ -229,16 +229,20 @@ fn rmws_per_submission_path() {
     );
 }
 
-/// Today's counts (2026-12-01, after the cuts in ARCHITECTURE.md's
-/// table; the worker side with some room for its idle cycle).
-/// (`READY` is the count of every frame; one frame in 17 adds
-/// `REFILLS`. 10-11 since a device's per-submission scope counts no tasks and its
-/// graph borrows the scope's handle; mutations checked: a counted scope
-/// (`Scope::new` in `CpuBackend::take_scope`) gives 12-13 here, 18 on the
+/// Today's counts (after the cuts in ARCHITECTURE.md's table; the worker
+/// side with some room for its idle cycle, which varies).
+/// `READY` is the count of every frame; one frame in 17 adds `REFILLS`.
+/// 9 since a one-command execute is one task submitted with no graph and
+/// no scope of its own (`CpuBackend::issue_alone`, 2026-12-02): no
+/// `take_all` of the recycled scopes here, no push of its scope on the
+/// worker (mutation checked: taking and pushing a recycled scope there,
+/// as before, gives 10 in every frame and a hop of 17.0). 10-11 before,
+/// since a device's per-submission scope counts no tasks and its graph
+/// borrows the scope's handle (mutations checked then: a counted scope,
+/// `Scope::new` in `CpuBackend::take_scope`, gave 12-13 here, 18 on the
 /// worker and 16-17 for the readying signal; the graph cloning the handle
-/// (`with_cache`) gives 12-13, 16-17 and a hop of 20.2.) The worker's side varies with its idle cycle:
-/// bounded with room.
-const READY: u64 = 10;
+/// in `with_cache` gave 12-13, 16-17 and a hop of 20.2).
+const READY: u64 = 9;
 /// What one ready execute in 17 adds: the refills of its two block caches
 /// (the queue's action blocks and the issuer's task blocks, one CAS each
 /// for 17 blocks). Since a one-command execute is one task (2026-12-02)
@@ -254,17 +258,20 @@ const WAIT: u64 = 0;
 /// when no pass runs; mutation checked: through the woken stack, as
 /// before, gives 21.)
 const PENDING: u64 = 13;
-/// (14 since the semaphore's holder counts what it unlinks with a load
-/// and a store instead of a `fetch_sub` on the registrations' counter;
-/// mutation checked: the `fetch_sub` back gives 15.)
-const SIGNAL: u64 = 14;
+/// (13 since the action it readies, a one-command execute, is issued
+/// with no recycled scope's `take_all`; 14 since the semaphore's holder
+/// counts what it unlinks with a load and a store instead of a
+/// `fetch_sub` on the registrations' counter; mutation checked: the
+/// `fetch_sub` back gave 15.)
+const SIGNAL: u64 = 13;
 const BARE: u64 = 1;
 const WORKER: u64 = 16;
 /// Actions in the chain of path 6.
 const CHAIN: u64 = 256;
-/// Tenths of an RMW per hop, in the least disturbed of 8 chains: 17.0 (the
-/// same in every run; the median of the 8 moved between 17.2 and 22.0).
-/// Measured as medians before: 17.6 since the semaphore's holder counts
+/// Tenths of an RMW per hop, in the least disturbed of 8 chains: 15.0
+/// since a one-command execute is one task with no graph and no scope of
+/// its own (the same in every run); 17.0 before (the median of the 8
+/// moved between 17.2 and 22.0). Measured as medians before: 17.6 since the semaphore's holder counts
 /// its unlinks without an RMW (mutation checked: the `fetch_sub` back
 /// gives 18.0 best-of-8); 18.2-19.7 since a device's scope counts no
 /// tasks and its graph borrows the handle; 21.1 since a woken action is
@@ -276,7 +283,7 @@ const CHAIN: u64 = 256;
 /// Mutation checked: without the `Hop` guard in the CPU backend's
 /// completion (the next action's tasks injected, not kept on the worker)
 /// the best of 8 is 20.0.
-const HOP_TENTHS: u64 = 175;
+const HOP_TENTHS: u64 = 155;
 
 /// The pending queue alone: a submission with 1 wait already reached and
 /// 1 signal, on a backend that completes inside `issue` (the `submit`

@@ -9,7 +9,7 @@ use crate::list::{SList, TransferStack};
 use crate::pool::BlockCache;
 use crate::queue::{Backend, Completion};
 use crate::sync::{Arc, UnsafeCell};
-use crate::task::{ExecutorState, Graph, Scope, ScopeLink, TaskId, TaskPool};
+use crate::task::{submit_finally, ExecutorState, Graph, Scope, ScopeLink, TaskId, TaskPool};
 
 /// Command buffers one `execute` keeps without allocating.
 pub const EXECUTE_INLINE_COMMAND_BUFFERS: usize = 4;
@@ -56,6 +56,9 @@ pub(crate) struct CpuBackend {
     issue_blocks: std::cell::UnsafeCell<BlockCache<TaskPool>>,
     /// The scope host calls run in (their errors go to their signals).
     host_scope: Scope,
+    /// The uncounted scope of one-task executes (`issue_alone`), which
+    /// need none of their own.
+    lone_scope: Scope,
     /// Tells the device's drop when this queue's state is freed.
     _token: QueueToken,
 }
@@ -87,30 +90,37 @@ impl CpuBackend {
             free_scopes: TransferStack::new(),
             spare_scopes: UnsafeCell::new(SList::new()),
             host_scope: Scope::new(),
+            lone_scope: Scope::uncounted(),
             _token: token,
         }
     }
 
-    /// A graph for a submission, its blocks from this worker's cache (a
-    /// hop: the blocks the last submission's tasks just gave back) or,
-    /// off the workers, from the issuer's. Called only from `issue`.
-    fn graph<'a>(&'a self, scope: &Scope) -> Graph<'a> {
-        let cache = self.exec.worker_cache().unwrap_or_else(|| {
+    /// The task blocks for a submission: this worker's cache (a hop: the
+    /// blocks the last submission's tasks just gave back) or, off the
+    /// workers, the issuer's. Called only from `issue`.
+    ///
+    /// Either cache is of the executor's pool and outlives the submission's
+    /// graph (the worker runs the calling task; the backend outlives
+    /// `issue`), and is used on this thread only: the worker's by its own
+    /// thread, the issuer's by `issue` alone, which the pending queue never
+    /// runs twice at once for one queue. Each is borrowed only for one
+    /// acquire or release at a time.
+    fn task_cache(&self) -> std::ptr::NonNull<BlockCache<TaskPool>> {
+        self.exec.worker_cache().unwrap_or_else(|| {
             // SAFETY: `UnsafeCell::get` is never null.
             unsafe { std::ptr::NonNull::new_unchecked(self.issue_blocks.get()) }
-        });
-        // SAFETY: either cache is of the executor's pool and outlives the
-        // graph (the worker runs the calling task; the backend outlives
-        // `issue`), and is used on this thread only: the worker's by its
-        // own thread, the issuer's by `issue` alone, which the pending
-        // queue never runs twice at once for one queue. Each is borrowed
-        // only for one acquire or release at a time. The scope's state is
-        // alive whenever the graph reads it: `host_scope` lives in the
-        // backend; an execute's scope handle moves into the graph's
-        // `finally` task, which the graph owns until it is submitted (if
-        // that task cannot be made, the handle goes with it and the graph
-        // is only dropped, which does not read the scope).
-        unsafe { Graph::with_cache(&self.exec, scope, cache) }
+        })
+    }
+
+    /// A graph for a submission, its blocks from [`task_cache`](Self::task_cache).
+    fn graph<'a>(&'a self, scope: &Scope) -> Graph<'a> {
+        // SAFETY: the cache as `task_cache` says. The scope's state is
+        // alive whenever the graph reads it: an execute's scope handle
+        // moves into the graph's `finally` task, which the graph owns
+        // until it is submitted (if that task cannot be made, the handle
+        // goes with it and the graph is only dropped, which does not read
+        // the scope).
+        unsafe { Graph::with_cache(&self.exec, scope, self.task_cache()) }
     }
 
     /// A scope for a submission: a finished one, else a new one (until
@@ -143,37 +153,49 @@ impl CpuBackend {
             Work::HostCall(f) => f,
             _ => unreachable!("checked by the caller"),
         };
-        let mut g = self.graph(&self.host_scope);
-        let mut slot = Some((work, f));
-        let task = g.call(move |_| {
-            if let Some((work, f)) = slot.take() {
-                let result = crate::unwind::guarded(|| f.call());
-                // As an execute's completion: the next action hops here.
-                let _hop = crate::task::Hop::enter();
-                work.complete(result);
-            }
-            Ok(())
-        });
-        match task {
-            Ok(_) => g.submit_in_place(),
-            // No task block: the closure (with the completion) is dropped,
-            // which fails the action's signals.
-            Err(_) => drop(g),
-        }
+        let finally = move |_| {
+            let result = crate::unwind::guarded(|| f.call());
+            // As an execute's completion: the next action hops here.
+            let _hop = crate::task::Hop::enter();
+            work.complete(result);
+        };
+        // One task, no graph. With no task block, the closure (with the
+        // completion) is dropped, which fails the action's signals.
+        // SAFETY: the cache as `task_cache` says; `host_scope` lives in
+        // the backend, which outlives the queue's submissions.
+        let _ = unsafe { submit_finally(&self.exec, &self.host_scope, self.task_cache(), finally) };
+    }
+
+    /// An execute of one command that runs whole on one worker (see
+    /// [`alone`]): one `finally` task, submitted with no graph, that runs
+    /// the command, then completes. No scope of its own either: the task
+    /// has no predecessor to fail it and no other task to join, so it
+    /// counts in the backend's uncounted `lone_scope`.
+    fn issue_alone(&self, work: Completion<Self>, command: Recorded<Command>) {
+        let finally = move |_| {
+            // SAFETY: the command lives in a recording that `work` holds
+            // until `release_recordings` below.
+            let result = crate::unwind::guarded(|| unsafe { run_alone(command) });
+            let mut work = work;
+            super::release_recordings(work.payload_mut());
+            // The completion signals, and a queue it readies issues here:
+            // that action's first task hops onto this worker.
+            let _hop = crate::task::Hop::enter();
+            work.complete(result);
+        };
+        // SAFETY: the cache as `task_cache` says; `lone_scope` lives in the
+        // backend, which outlives the queue's submissions (and, uncounted,
+        // is not read once the task has run).
+        let _ = unsafe { submit_finally(&self.exec, &self.lone_scope, self.task_cache(), finally) };
     }
 
     fn issue_execute(&self, work: Completion<Self>) {
+        if let Some(command) = alone(&work) {
+            return self.issue_alone(work, command);
+        }
         let scope = self.take_scope();
         let mut g = self.graph(&scope);
-        // An execute of one command that runs whole on one worker (a
-        // one-tile dispatch, a copy, a fill, an update) is one task: its
-        // `finally` runs the command, then completes. No command task, no
-        // join, one trip through the worker instead of two.
-        let alone = alone(&work);
-        let built = match alone {
-            Some(_) => Ok(None),
-            None => build(&mut g, &work),
-        };
+        let built = build(&mut g, &work);
         let backend = BackendRef(self);
         // The graph holds its own handle: this one moves into the closure
         // (no clone and drop, two read-modify-writes, per execute).
@@ -188,14 +210,6 @@ impl CpuBackend {
             // submission can reuse it.
             let _ = finish_scope.take_error();
             backend.free_scopes.push(finish_scope.into_handle());
-            let result = match alone {
-                // SAFETY: the command lives in a recording that `work`
-                // holds until `release_recordings` below.
-                Some(command) => {
-                    result.and_then(|()| crate::unwind::guarded(|| unsafe { run_alone(command) }))
-                }
-                None => result,
-            };
             let mut work = work;
             super::release_recordings(work.payload_mut());
             // The completion signals, and a queue it readies issues here:

@@ -558,6 +558,44 @@ impl<'e> Graph<'e> {
     }
 }
 
+/// Submits one `finally` task alone, with no graph around it: what a
+/// submission that is a single task (a one-command execute, a host call)
+/// needs, without a graph's identity, task list, counts and submit walk.
+/// `f` gets `Ok(())` (the task has no predecessor). Out of task blocks:
+/// `f` is dropped uncalled and the error returned.
+///
+/// # Safety
+/// As for [`Graph::with_cache`]: `cache` is a cache of `exec`'s pool, used
+/// only on this thread and not borrowed elsewhere during the call;
+/// `scope` (a handle the caller keeps, or one `f` owns) stays alive while
+/// the task may read it.
+pub(crate) unsafe fn submit_finally<F>(
+    exec: &ExecutorState,
+    scope: &Scope,
+    cache: NonNull<BlockCache<TaskPool>>,
+    f: F,
+) -> Result<(), Error>
+where
+    F: FnOnce(Result<(), Error>) + Send + 'static,
+{
+    // SAFETY: per contract, the cache is ours for this one acquire.
+    let cache = unsafe { &mut *cache.as_ptr() };
+    let task = new_task(cache, scope.as_ptr(), || FinallyPayload::new(f))?;
+    // Counted in its scope and in the executor before it can run, as
+    // `Graph::submit` counts a graph's tasks.
+    // SAFETY: the caller's handle keeps the scope alive.
+    unsafe { ScopeInner::enter(scope.as_ptr(), scope, 1) };
+    exec.live
+        .fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
+    let mut ready = SList::<QueueLink>::new();
+    // SAFETY: just made, ready (no predecessor), in no list.
+    ready.push_back(unsafe { Handle::from_raw(task) });
+    if let Err(ready) = exec.hop(ready) {
+        exec.inject_list(ready);
+    }
+    Ok(())
+}
+
 /// Counts one more predecessor of `task`, a task of a graph being built:
 /// `true` if it had none (it was a root).
 fn add_predecessor(task: &Task) -> bool {

@@ -25,6 +25,7 @@ pub(crate) use kind::{run_tiles, Tiles};
 pub(crate) use worker::{ExecutorState, Hop, TaskPool};
 
 pub use executor::{Executor, ExecutorConfig};
+pub(crate) use graph::submit_finally;
 pub use graph::{Graph, TaskId};
 pub use kind::{CallContext, CALL_INLINE_BYTES, DISPATCH_INLINE_BYTES, FINALLY_INLINE_BYTES};
 pub use scope::Scope;
