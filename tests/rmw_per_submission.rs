@@ -258,17 +258,27 @@ const WAIT: u64 = 0;
 /// when no pass runs; mutation checked: through the woken stack, as
 /// before, gives 21.)
 const PENDING: u64 = 13;
-/// (13 since the action it readies, a one-command execute, is issued
+/// (12 since a signal that takes the semaphore's free turn uses the
+/// value it wrote in its first round instead of reading it with an RMW;
+/// mutation checked: reading it, as before, gives 13 here and a hop of
+/// 13.0. 13 since the action it readies, a one-command execute, is issued
 /// with no recycled scope's `take_all`; 14 since the semaphore's holder
 /// counts what it unlinks with a load and a store instead of a
 /// `fetch_sub` on the registrations' counter; mutation checked: the
 /// `fetch_sub` back gave 15.)
-const SIGNAL: u64 = 13;
+const SIGNAL: u64 = 12;
 const BARE: u64 = 1;
 const WORKER: u64 = 16;
 /// Actions in the chain of path 6.
 const CHAIN: u64 = 256;
-/// Tenths of an RMW per hop, in the least disturbed of 8 chains: 15.0
+/// Tenths of an RMW per hop, in the least disturbed of 8 chains: 12.0
+/// since three cuts (2026-12-02, late night), each mutation checked by
+/// putting it back alone: a signal on the semaphore an action also waits
+/// on shares the wait's reference (`QueueAction::aliases`; back: 13.0),
+/// the semaphore's pass uses the value its signal wrote (back: 13.0), and
+/// a one-task issue hopped into the worker's `next` slot is counted by
+/// the running task instead of an RMW on the executor's live count
+/// (`ExecutorState::hop_alone`; back: 13.0). 15.0 before,
 /// since a one-command execute is one task with no graph and no scope of
 /// its own (the same in every run); 17.0 before (the median of the 8
 /// moved between 17.2 and 22.0). Measured as medians before: 17.6 since the semaphore's holder counts
@@ -283,7 +293,7 @@ const CHAIN: u64 = 256;
 /// Mutation checked: without the `Hop` guard in the CPU backend's
 /// completion (the next action's tasks injected, not kept on the worker)
 /// the best of 8 is 20.0.
-const HOP_TENTHS: u64 = 155;
+const HOP_TENTHS: u64 = 125;
 
 /// The pending queue alone: a submission with 1 wait already reached and
 /// 1 signal, on a backend that completes inside `issue` (the `submit`

@@ -386,7 +386,10 @@ fn wait_all_over_two_semaphores_loses_no_wake_up() {
 // the first ready task off the list without pushing it: deadlock (the
 // host waits for the second signal for ever); the worker never taking
 // the task a hop left in its `next` slot (`Worker::take_next` answering
-// `None`): deadlock.
+// `None`): deadlock; `Worker::flush` not netting the tasks `hop_alone`
+// left uncounted in the executor's live count (it then subtracts one
+// retirement too many, and the workers never see it reach zero at the
+// device's drop): deadlock.
 #[test]
 fn a_chained_action_hops_onto_the_worker_that_completed_the_one_before() {
     // One preemption, as the blocking models: with two it ran past 6

@@ -216,6 +216,49 @@ fn two_registrations_and_a_signal_fire_each_timepoint_once() {
     });
 }
 
+// A signal whose pass takes a free turn uses the value it wrote instead of
+// reading the latest (one RMW less): a later signal's value must still
+// reach a timepoint that pass merged or left. Mutation checked: the
+// signalled value used in every round of that pass (`finish_turn`'s
+// re-rounds too, not only the first) fails this model: the registration
+// of 2 merged by the pass of `signal(1)`, whose request made it pass
+// again, never fires.
+#[test]
+fn two_signals_racing_a_registration_fire_it_once() {
+    loom::model(|| {
+        let s = Semaphore::new(0);
+        let counter = Arc::new(AtomicUsize::new(0));
+        // Registered first, so the first signal finds a waiter and passes.
+        let one = Tp::new(1, &counter);
+        // SAFETY: outlives the model's threads.
+        assert!(matches!(
+            unsafe { s.register(one.0) },
+            Registration::Pending
+        ));
+        let first = {
+            let s = s.clone();
+            // Fails (nothing changes) if the second came first.
+            thread::spawn(move || s.signal(1).is_ok())
+        };
+        let second = {
+            let s = s.clone();
+            thread::spawn(move || s.signal(2).unwrap())
+        };
+        let two = Tp::new(2, &counter);
+        // SAFETY: `two` outlives its firing (dropped after the joins).
+        let answer = unsafe { s.register(two.0) };
+        let _ = first.join().unwrap();
+        second.join().unwrap();
+        let pending = usize::from(matches!(answer, Registration::Pending));
+        assert!(!matches!(answer, Registration::Failed(_)));
+        assert_eq!(
+            counter.load(Ordering::SeqCst),
+            1 + pending,
+            "each registered timepoint fires once"
+        );
+    });
+}
+
 #[test]
 fn a_signal_while_a_cancel_holds_the_turn_is_not_lost() {
     loom::model(|| {

@@ -20,6 +20,9 @@ pub(crate) const DEVICE_WAITS: usize = 4;
 /// A semaphore and a value.
 pub(crate) type Entry = (Semaphore, u64);
 
+/// Entries that may be aliases (`QueueAction::aliases`' bits).
+const ALIASED: usize = 16;
+
 /// `QueueAction::lent`: the action holds a reference to each of its
 /// semaphores and to its queue (every action not lent).
 pub(crate) const OWNED: u32 = 0;
@@ -66,6 +69,12 @@ pub(crate) struct QueueAction<P> {
     pub(crate) cursor: u32,
     pub(crate) armed: bool,
     pub(crate) device_wait_count: u8,
+    /// Inline entries (bit `i`: entry `i`) that are bitwise copies of an
+    /// earlier entry's handle and hold no reference of their own: a signal
+    /// on a semaphore the action also waits on (a timeline's usual step,
+    /// wait `k` then signal `k + 1`). The earlier entry's reference keeps
+    /// the semaphore alive for both; both go in `destroy`.
+    aliases: u16,
     /// `OWNED`, or the state of a lent action (`LENT`, `KEPT`, `DONE`).
     pub(crate) lent: AtomicU32,
     overflow: Option<NonNull<Overflow>>,
@@ -154,6 +163,7 @@ impl<P> QueueAction<P> {
             addr_of_mut!((*a).cursor).write(0);
             addr_of_mut!((*a).armed).write(false);
             addr_of_mut!((*a).device_wait_count).write(0);
+            addr_of_mut!((*a).aliases).write(0);
             addr_of_mut!((*a).lent).write(AtomicU32::new(if lent { LENT } else { OWNED }));
             addr_of_mut!((*a).device_waits).write(Default::default());
             addr_of_mut!((*a).overflow).write(None);
@@ -173,12 +183,22 @@ impl<P> QueueAction<P> {
             .iter()
             .filter(|(sem, value)| !matches!(sem.query(), Ok(v) if v >= *value));
         for (sem, value) in unmet {
-            built.write(sem, *value)?;
+            built.write(sem, *value, false)?;
         }
         // SAFETY: we own the action being built; the waits are written.
-        unsafe { (*a).wait_count = built.written as u32 };
+        let stored = unsafe {
+            (*a).wait_count = built.written as u32;
+            built.written
+        };
         for (sem, value) in signals {
-            built.write(sem, *value)?;
+            // A signal on a semaphore a stored wait holds (inline entries
+            // only; usually one wait to compare) shares that reference.
+            let alias = built.written < ALIASED
+                && (0..stored.min(ALIASED)).any(|i| {
+                    // SAFETY: wait `i < stored` was written above.
+                    unsafe { &*Self::entry_ptr(action, i) }.0.same(sem)
+                });
+            built.write(sem, *value, alias)?;
         }
         std::mem::forget(built);
         Ok(action)
@@ -247,9 +267,16 @@ impl<P> QueueAction<P> {
         // reading the signals) only read them too.
         let a = action.as_ptr();
         // SAFETY: field reads of a live action (see above).
-        let total =
-            unsafe { addr_of!((*a).wait_count).read() + addr_of!((*a).signal_count).read() };
+        let (total, aliases) = unsafe {
+            (
+                addr_of!((*a).wait_count).read() + addr_of!((*a).signal_count).read(),
+                addr_of!((*a).aliases).read(),
+            )
+        };
         for i in 0..total as usize {
+            if is_alias(aliases, i) {
+                continue; // shares an earlier entry's reference
+            }
             // SAFETY: entry `i < total` was written at creation.
             let (sem, _) = unsafe { &*Self::entry_ptr(action, i) };
             std::mem::forget(sem.clone());
@@ -317,7 +344,10 @@ impl<P> QueueAction<P> {
         let a = unsafe { &mut *action.as_ptr() };
         let total = a.total();
         if owned {
-            for i in 0..total {
+            let aliases = a.aliases;
+            // An alias is a copy of an earlier entry's handle, whose drop
+            // gives back the one reference both stand for.
+            for i in (0..total).filter(|&i| !is_alias(aliases, i)) {
                 // SAFETY: written at creation, dropped once here.
                 unsafe { a.entry_mut(i).assume_init_drop() };
             }
@@ -342,6 +372,11 @@ impl<P> QueueAction<P> {
     }
 }
 
+/// Whether entry `i` is an alias (see `QueueAction::aliases`).
+fn is_alias(aliases: u16, i: usize) -> bool {
+    i < ALIASED && aliases & (1 << i) != 0
+}
+
 /// An action being filled; frees what was written if filling fails.
 struct Built<'p, P, C: BlockSource> {
     action: NonNull<QueueAction<P>>,
@@ -352,20 +387,28 @@ struct Built<'p, P, C: BlockSource> {
 }
 
 impl<P, C: BlockSource> Built<'_, P, C> {
-    /// Writes the next entry.
-    fn write(&mut self, sem: &Semaphore, value: u64) -> Result<(), Error> {
-        let lent = self.lent;
+    /// Writes the next entry. `alias`: an earlier entry holds `sem`
+    /// (the same semaphore), and this one shares its reference.
+    fn write(&mut self, sem: &Semaphore, value: u64, alias: bool) -> Result<(), Error> {
+        let (lent, i) = (self.lent, self.written);
         // SAFETY: entries are written in order, `written` is the next.
-        let slot = unsafe { self.slot_for_write(self.written) }?;
-        let sem = if lent {
-            // SAFETY: a copy of the caller's handle, never dropped unless
-            // `keep_entries` counted it (`create`'s contract keeps the
-            // semaphore alive meanwhile).
+        let slot = unsafe { self.slot_for_write(i) }?;
+        let sem = if lent || alias {
+            // SAFETY: a copy of the caller's handle (lent: never dropped
+            // unless `keep_entries` counted it, and `create`'s contract
+            // keeps the semaphore alive meanwhile) or of the earlier
+            // entry's (alias: marked below, so never dropped or counted;
+            // the earlier entry's reference lives as long as it).
             unsafe { std::ptr::read(sem) }
         } else {
             sem.clone()
         };
         slot.write((sem, value));
+        if alias {
+            debug_assert!(i < ALIASED);
+            // SAFETY: we own the action being built.
+            unsafe { (*self.action.as_ptr()).aliases |= 1 << i };
+        }
         self.written += 1;
         Ok(())
     }
@@ -425,3 +468,90 @@ impl<P, C: BlockSource> Drop for Built<'_, P, C> {
 
 #[cfg(not(fenceline_loom))]
 static_assertions::const_assert!(std::mem::size_of::<Overflow>() <= 512);
+
+#[cfg(all(test, not(fenceline_loom)))]
+mod tests {
+    use super::*;
+    use crate::pool::BlockPool;
+
+    unsafe fn ignore(_: NonNull<Timepoint>, _: Result<(), Error>) {}
+
+    fn pool() -> BlockPool {
+        let size = std::mem::size_of::<QueueAction<()>>().max(512);
+        BlockPool::new(size.next_power_of_two(), 64).unwrap()
+    }
+
+    /// A signal on a semaphore the action also waits on shares the wait's
+    /// reference: one taken, one given back, the caller's handle alone
+    /// left. Mutation checked: never aliasing (`alias` false in `create`)
+    /// holds 3 handles here, not 2.
+    #[test]
+    fn a_signal_on_a_waited_semaphore_shares_its_reference() {
+        let (s, other) = (Semaphore::new(0), Semaphore::new(0));
+        let pool = pool();
+        for lent in [false, true] {
+            let waits = [(&s, 1)];
+            let signals = [(&other, 1), (&s, 2)];
+            // SAFETY: the caller's handles outlive the action (freed below).
+            let a = unsafe {
+                QueueAction::create(
+                    &mut &pool,
+                    &waits,
+                    &signals,
+                    (),
+                    ignore,
+                    std::ptr::null(),
+                    lent,
+                )
+            }
+            .unwrap();
+            if lent {
+                assert_eq!((s.handles(), other.handles()), (1, 1), "lent: copies only");
+                // SAFETY: lent, and we are its submitter.
+                unsafe { QueueAction::keep_entries(a) };
+            }
+            assert_eq!(s.handles(), 2, "one reference for the wait and signal");
+            assert_eq!(other.handles(), 2);
+            // SAFETY: ours, and the entries hold references (kept or owned).
+            unsafe {
+                let a_ref = a.as_ref();
+                assert!(a_ref.wait(0).0.same(&s) && a_ref.signal(1).0.same(&s));
+                assert_eq!((a_ref.wait(0).1, a_ref.signal(1).1), (1, 2));
+                QueueAction::destroy(a, &mut &pool, true);
+            }
+            assert_eq!(
+                (s.handles(), other.handles()),
+                (1, 1),
+                "each given back once"
+            );
+        }
+    }
+
+    /// A wait already reached is not stored: a signal on its semaphore has
+    /// nothing to share and takes its own reference.
+    #[test]
+    fn a_signal_on_a_reached_wait_takes_its_own_reference() {
+        let s = Semaphore::new(1);
+        let pool = pool();
+        // SAFETY: as above.
+        let a = unsafe {
+            QueueAction::create(
+                &mut &pool,
+                &[(&s, 1)],
+                &[(&s, 2)],
+                (),
+                ignore,
+                std::ptr::null(),
+                false,
+            )
+        }
+        .unwrap();
+        assert_eq!(s.handles(), 2);
+        // SAFETY: ours, owned.
+        unsafe {
+            assert_eq!(a.as_ref().wait_count, 0);
+            QueueAction::destroy(a, &mut &pool, true);
+        }
+        assert_eq!(s.handles(), 1);
+    }
+}

@@ -335,7 +335,7 @@ impl Semaphore {
             }
         }
         if inner.has_waiting() {
-            inner.request_pass();
+            inner.request_pass_after_signal(value);
         }
         Ok(())
     }
@@ -500,7 +500,7 @@ impl Semaphore {
         let mut out = Unlinked::default();
         // Serves the requests so far, which links `tp` if it is still in
         // the inbox (or fires it, if its value is reached).
-        inner.round(true, &mut out);
+        inner.round(true, None, &mut out);
         // SAFETY: we hold the turn.
         let list = unsafe { inner.list_mut() };
         // SAFETY: valid per contract; `linked` is the turn holder's.
@@ -606,6 +606,18 @@ impl Inner {
     /// meanwhile) if no other thread holds the turn; otherwise the holder
     /// runs it before giving the turn back. Never waits.
     fn request_pass(&self) {
+        self.request_pass_from(None);
+    }
+
+    /// As `request_pass`, by a signal that raised the value to `value`.
+    fn request_pass_after_signal(&self, value: u64) {
+        self.request_pass_from(Some(value));
+    }
+
+    /// `signalled`: the value this thread's signal wrote, which a first
+    /// round on a turn taken from 0 may use instead of reading the value
+    /// with a read-modify-write (see `round`).
+    fn request_pass_from(&self, signalled: Option<u64>) {
         // The usual case, no holder and no request: take the turn with no
         // request bit (one CAS), so the first round has none to clear.
         // Acquire takes the list from the last holder. A request made
@@ -616,14 +628,14 @@ impl Inner {
             .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {
-            self.pass(false);
+            self.pass(false, signalled);
             return;
         }
         // AcqRel: Release hands what we did before (an inbox push, a new
         // value) to the holder that sees the request; Acquire takes the list
         // from the last holder if the turn is ours.
         if self.turn.fetch_or(LOCKED | REQUEST, Ordering::AcqRel) & LOCKED == 0 {
-            self.pass(true);
+            self.pass(true, None);
         }
     }
 
@@ -742,9 +754,10 @@ impl Inner {
     /// the turn back, then fires what the passes unlinked.
     /// `requested`: the turn was taken with `REQUEST` set, which the
     /// first round clears.
-    fn pass(&self, requested: bool) {
+    /// `signalled`: see `request_pass_from` (only with `!requested`).
+    fn pass(&self, requested: bool, signalled: Option<u64>) {
         let mut out = Unlinked::default();
-        self.round(requested, &mut out);
+        self.round(requested, signalled, &mut out);
         self.finish_turn(out);
     }
 
@@ -755,7 +768,9 @@ impl Inner {
     /// (O(1) each) into `out.released`.
     /// `requested`: `REQUEST` may be set (it is cleared first); without
     /// it, the turn was taken from 0 and no request is pending.
-    fn round(&self, requested: bool, out: &mut Unlinked) {
+    /// `signalled`: the value the calling signal wrote, used instead of
+    /// reading the value (the latest may be higher; see below).
+    fn round(&self, requested: bool, signalled: Option<u64>, out: &mut Unlinked) {
         if requested {
             // Acquire: what requesters did before asking (inbox pushes) is
             // visible.
@@ -775,8 +790,24 @@ impl Inner {
         // SAFETY: we hold the turn.
         let list = unsafe { self.list_mut() };
         // A read-modify-write: the latest value, ordered with signals'
-        // CASes (see the module docs).
-        let current = self.value.fetch_add(0, Ordering::AcqRel);
+        // CASes (see the module docs). Except in the first round of a
+        // signal that took a free, unrequested turn: its own value, which
+        // its CAS already ordered with every registration and pass before
+        // it, saves that RMW. Only timepoints it reaches are unlinked, so a
+        // lower value than the latest never fires anything early; what it
+        // leaves is served by a round that reads: a later signal's CAS
+        // either sees the timepoint counted (and requests a pass, which
+        // finds the turn held and fails our release, or takes it after us)
+        // or came after such a round's read; and a registration this round
+        // merges requested (or will request) its pass after our turn was
+        // taken, so that request fails our release or finds the turn free,
+        // and its round reads (a re-round never uses `signalled`).
+        // loom: `two_signals_racing_a_registration_fire_it_once` fails with
+        // every round using the signalled value.
+        let current = match signalled {
+            Some(value) if !requested => value,
+            _ => self.value.fetch_add(0, Ordering::AcqRel),
+        };
         let mut unlinked = 0;
         if current == FAILED_VALUE {
             let mut none = DList::new();
@@ -845,7 +876,7 @@ impl Inner {
             .compare_exchange(LOCKED, 0, Ordering::Release, Ordering::Relaxed)
             .is_err()
         {
-            self.round(true, &mut out);
+            self.round(true, None, &mut out);
         }
         let mut panicked = FirstPanic::default();
         panicked.run(|| fire_all(out.reached, Ok(())));
@@ -1014,5 +1045,13 @@ mod tests {
         assert!(s.signal_at_least(u64::MAX).is_err());
         s.fail(Error::new(ErrorKind::Aborted, "gone"));
         assert_eq!(s.signal_at_least(1).unwrap_err().kind(), ErrorKind::Aborted);
+    }
+}
+
+#[cfg(all(test, not(fenceline_loom)))]
+impl Semaphore {
+    /// Handles to this semaphore (tests: who holds a reference).
+    pub(crate) fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
     }
 }

@@ -581,10 +581,16 @@ where
     // SAFETY: per contract, the cache is ours for this one acquire.
     let cache = unsafe { &mut *cache.as_ptr() };
     let task = new_task(cache, scope.as_ptr(), || FinallyPayload::new(f))?;
-    // Counted in its scope and in the executor before it can run, as
-    // `Graph::submit` counts a graph's tasks.
+    // Counted in its scope before it can run, as `Graph::submit` counts a
+    // graph's tasks.
     // SAFETY: the caller's handle keeps the scope alive.
     unsafe { ScopeInner::enter(scope.as_ptr(), scope, 1) };
+    // A chain's hop: next on this worker, counted in the executor by the
+    // task running here (no RMW). Otherwise counted before anyone can
+    // run it.
+    let Err(task) = exec.hop_alone(task) else {
+        return Ok(());
+    };
     exec.live
         .fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
     let mut ready = SList::<QueueLink>::new();

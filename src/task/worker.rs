@@ -317,6 +317,12 @@ pub(crate) struct Local {
     /// full fence). Emptied after every run and at every `find`, so a
     /// task never stays here while the worker does anything else.
     next: std::cell::Cell<Option<NonNull<Task>>>,
+    /// Tasks [`ExecutorState::hop_alone`] put in `next` without counting
+    /// them in `ExecutorState::live`. Each is paid for by the task that
+    /// hopped it, which is running then and counted: that one's
+    /// retirement on this worker is not subtracted from `live` (`flush`
+    /// nets the two), so `live` stays above zero while either is alive.
+    uncounted: std::cell::Cell<usize>,
     /// Task blocks, cached per worker (no atomics while the stash lasts):
     /// the worker's retirements and spawns, and the graphs a completion
     /// issues on this thread ([`ExecutorState::worker_cache`]), so a chain
@@ -424,6 +430,33 @@ impl ExecutorState {
         self.inject_list(ready);
         Ok(())
     }
+
+    /// `task`, a ready task not counted in `live`, alone: runs next on
+    /// the calling worker if a [`Hop`] is active, the caller is a worker
+    /// of this executor, and nothing else waits there (its `next` and
+    /// deque empty), counted by that worker's running task (see
+    /// [`Local::uncounted`]: no RMW on `live`). `Err(task)` otherwise,
+    /// still uncounted.
+    pub(crate) fn hop_alone(&self, task: NonNull<Task>) -> Result<(), NonNull<Task>> {
+        if !HOP.with(|h| h.get()) {
+            return Err(task);
+        }
+        let local = LOCAL.with(|l| l.get());
+        // SAFETY: as in `hop`.
+        let Some(local) = (unsafe { local.as_ref() }) else {
+            return Err(task);
+        };
+        if !std::ptr::eq(local.exec, self) || local.next.get().is_some() || !local.deque.is_empty()
+        {
+            return Err(task);
+        }
+        // A `Hop` is only active inside a task this worker runs (a
+        // completion at the end of its payload), which `live` counts until
+        // its retirement here is flushed: netted with this one.
+        local.uncounted.set(local.uncounted.get() + 1);
+        local.next.set(Some(task));
+        Ok(())
+    }
 }
 
 /// A worker thread's private state.
@@ -490,6 +523,7 @@ impl Worker {
             exec: Arc::as_ptr(&shared),
             hopped: std::cell::Cell::new(false),
             next: std::cell::Cell::new(None),
+            uncounted: std::cell::Cell::new(0),
             cache: std::cell::UnsafeCell::new(BlockCache::new(TaskPool(shared.clone()))),
         });
         Worker {
@@ -679,6 +713,18 @@ impl Worker {
             // SAFETY: our unpublished retirements keep the scope's count
             // above zero, hence the scope alive, until this call.
             unsafe { ScopeInner::leave(scope, n) };
+        }
+        // Tasks that `hop_alone` left uncounted each keep one of our
+        // retirements in `live` (see `Local::uncounted`): netted here. By
+        // now each one's hopper has retired here, so this is no more than
+        // `retired_live`; were it more (never seen), the rest is counted.
+        // SAFETY: as in `local`.
+        let uncounted = unsafe { self.local.as_ref() }.uncounted.replace(0);
+        if uncounted > self.retired_live {
+            let more = uncounted - std::mem::take(&mut self.retired_live);
+            self.shared.live.fetch_add(more, Ordering::Relaxed);
+        } else {
+            self.retired_live -= uncounted;
         }
         if self.retired_live > 0 {
             let n = std::mem::take(&mut self.retired_live);
