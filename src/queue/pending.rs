@@ -375,12 +375,39 @@ std::thread_local! {
     /// The action this thread's `submit` is handling first in its own
     /// pass (innermost), until a finish here clears it.
     static DIRECT: std::cell::Cell<*const ()> = const { std::cell::Cell::new(std::ptr::null()) };
+    /// The queue state a `finish` on this thread keeps alive while it
+    /// signals (innermost; see `Signalling`).
+    static HELD: std::cell::Cell<*const ()> = const { std::cell::Cell::new(std::ptr::null()) };
 }
 #[cfg(fenceline_loom)]
 loom::thread_local! {
     static PASS_DEPTH: std::cell::Cell<u32> = std::cell::Cell::new(0);
     static ISSUING: std::cell::Cell<*const ()> = std::cell::Cell::new(std::ptr::null());
     static DIRECT: std::cell::Cell<*const ()> = std::cell::Cell::new(std::ptr::null());
+    static HELD: std::cell::Cell<*const ()> = std::cell::Cell::new(std::ptr::null());
+}
+
+/// Marks the calling thread as signalling for a finished action of the
+/// queue `queue`, whose state the finish keeps alive until after this is
+/// dropped (also when unwinding): a wake-up of another action of that
+/// queue on this thread, inside those signals, needs no reference of its
+/// own (`queue_wake`).
+struct Signalling {
+    outer: *const (),
+}
+
+impl Signalling {
+    fn enter(queue: *const ()) -> Signalling {
+        Signalling {
+            outer: HELD.with(|h| h.replace(queue)),
+        }
+    }
+}
+
+impl Drop for Signalling {
+    fn drop(&mut self) {
+        HELD.with(|h| h.set(self.outer));
+    }
 }
 
 /// Marks the calling thread as running an issue pass of the queue `queue`
@@ -481,7 +508,12 @@ unsafe fn queue_wake<B: Backend>(tp: NonNull<Timepoint>, _result: Result<(), Err
     // once the action is on the woken stack, a pass (a shutdown's, on
     // another thread) may finish it, and with it the last reference. The
     // guard gives it up even if the pass panics out of `request_issue`.
-    let _held = Reference::take(this);
+    // Not needed when this wake-up comes from the signals of a `finish`
+    // of this same queue on this thread (a chain on one queue): that
+    // finish gives its action's reference up only after its signals,
+    // hence after this call returns.
+    let mine = HELD.with(|h| h.get()) == this.as_ptr().cast_const().cast::<()>();
+    let _held = (!mine).then(|| Reference::take(this));
     trace::flow_out(action.as_ptr() as u64 ^ READIED);
     // No pass running and this thread may issue: take the turn and handle
     // the action at once, as a direct submission does (no push on the
@@ -695,6 +727,9 @@ impl<B: Backend> QueueState<B> {
                     self.add_examined(1);
                 }
             }
+            // The caller's reference keeps the state alive to here (a
+            // use after free fails a loom model).
+            liveness::check(self, "a queue's state (turn given back)");
             match self
                 .requests
                 .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire)
@@ -963,6 +998,8 @@ impl<B: Backend> QueueState<B> {
         }
         let t = trace::now();
         let mut panicked = FirstPanic::default();
+        // The state lives until the release below, after the signals.
+        let signalling = Signalling::enter(this.as_ptr().cast_const().cast());
         for i in 0..a.signal_count as usize {
             let (sem, value) = a.signal(i);
             panicked.run(|| match &result {
@@ -982,6 +1019,7 @@ impl<B: Backend> QueueState<B> {
                 Err(e) => sem.fail(e.clone()),
             });
         }
+        drop(signalling);
         trace::span(
             trace::Kind::Complete,
             t,
@@ -1041,5 +1079,42 @@ impl<B: Backend> Drop for QueueState<B> {
         let stray = self.incoming.take_all();
         debug_assert!(stray.is_empty(), "actions left on the submit stack");
         let _ = stray;
+    }
+}
+
+#[cfg(all(test, not(fenceline_loom)))]
+mod tests {
+    use super::{Signalling, HELD};
+
+    /// A `finish`'s mark that it holds its queue's state is the innermost
+    /// one's, and gone once that finish is done signalling, also when a
+    /// signal unwinds: a stale mark would let a later wake-up on this
+    /// thread skip the reference it needs (mutation checked: `Drop` not
+    /// restoring the outer mark fails this).
+    #[test]
+    fn a_finishs_mark_is_the_innermost_and_gone_after_its_signals() {
+        let held = || HELD.with(|h| h.get());
+        // Two distinct addresses (never dereferenced).
+        let (x, y) = (0u8, 0u8);
+        let (a, b) = (
+            std::ptr::from_ref(&x).cast::<()>(),
+            std::ptr::from_ref(&y).cast::<()>(),
+        );
+        {
+            let _outer = Signalling::enter(a);
+            assert_eq!(held(), a);
+            {
+                let _inner = Signalling::enter(b);
+                assert_eq!(held(), b);
+            }
+            assert_eq!(held(), a);
+            let unwound = std::panic::catch_unwind(|| {
+                let _inner = Signalling::enter(b);
+                panic!("a signal's callback panics");
+            });
+            assert!(unwound.is_err());
+            assert_eq!(held(), a);
+        }
+        assert!(held().is_null());
     }
 }
