@@ -262,7 +262,11 @@ const BARE: u64 = 1;
 const WORKER: u64 = 16;
 /// Actions in the chain of path 6.
 const CHAIN: u64 = 256;
-/// Tenths of an RMW per hop, in the least disturbed of 8 chains: 10.0
+/// Tenths of an RMW per hop, in the least disturbed of 8 chains: 9.0
+/// (9.2 in some runs) since a CPU worker counts the actions it finishes
+/// in a slot of its own, with a load and a store (`Backend::finish_slot`;
+/// mutation checked: no slots, as before, gives 10.0 here and 12.0 over
+/// two queues). 10.0
 /// since a wake-up inside the signals of a finish of the same queue (a
 /// chain on one queue) takes no queue reference of its own: the
 /// finishing action's covers it (`Signalling` in `queue/pending.rs`;
@@ -288,7 +292,7 @@ const CHAIN: u64 = 256;
 /// Mutation checked: without the `Hop` guard in the CPU backend's
 /// completion (the next action's tasks injected, not kept on the worker)
 /// the best of 8 is 20.0.
-const HOP_TENTHS: u64 = 105;
+const HOP_TENTHS: u64 = 95;
 
 /// Eight chains of `CHAIN` actions, each waiting on the one before (one
 /// semaphore, one step a hop), over `queues` in turn, submitted ahead and
@@ -319,10 +323,10 @@ fn hop_rounds(queues: &[&Queue], cb: &CommandBuffer, s: &Semaphore, gate: &Semap
 /// The hop of a chain over two queues in turn (the `chain_2queues` bench's
 /// shape): the woken action is another queue's, so its pass takes a
 /// queue reference of its own (two RMWs more than on one queue, where the
-/// finishing action's reference covers it). 12.0 measured (best of 8);
+/// finishing action's reference covers it). 11.0 measured (best of 8);
 /// each of the three cuts described at `HOP_TENTHS` adds 1.0 here too
 /// when put back.
-const HOP_TWO_QUEUES_TENTHS: u64 = 125;
+const HOP_TWO_QUEUES_TENTHS: u64 = 115;
 
 #[test]
 fn rmws_per_hop_across_two_queues() {

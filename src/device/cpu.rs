@@ -377,4 +377,15 @@ impl Backend for CpuBackend {
             Work::Execute { .. } => self.issue_execute(work),
         }
     }
+
+    /// One per worker of the device's executor, where completions run.
+    fn finish_slots(&self) -> usize {
+        self.exec.workers()
+    }
+
+    /// The worker's index, on a worker of this device's executor: each is
+    /// one thread for the executor's life.
+    fn finish_slot(&self) -> Option<usize> {
+        self.exec.worker_index()
+    }
 }

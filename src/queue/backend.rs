@@ -44,6 +44,25 @@ pub trait Backend: Send + Sync + Sized + 'static {
         let _ = (semaphore, value);
         None
     }
+
+    /// How many threads finish this backend's actions with a count of
+    /// their own (see [`finish_slot`](Backend::finish_slot)); `0`, the
+    /// default: every finish outside an issue pass counts with an atomic
+    /// read-modify-write on one shared counter.
+    #[doc(hidden)]
+    fn finish_slots(&self) -> usize {
+        0
+    }
+
+    /// The calling thread's slot, below [`finish_slots`](Backend::finish_slots),
+    /// if it has one. Only one thread may answer a given slot at a time
+    /// (the queue counts a finish there with a load and a store), and a
+    /// slot passing to another thread must happen-before its next use
+    /// there. `None`, the default: the shared counter.
+    #[doc(hidden)]
+    fn finish_slot(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// An issued action, owned by the backend until completed.

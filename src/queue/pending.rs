@@ -55,6 +55,10 @@ pub(crate) struct QueueState<B: Backend> {
     /// Finished actions by outcome, counted (one RMW) before their signals
     /// are made, so a thread that sees a signal sees the count.
     finished: CachePadded<Finished>,
+    /// The same, counted by the threads the backend gives a slot of their
+    /// own (`Backend::finish_slot`: a CPU device's workers), each with a
+    /// load and a store.
+    finished_by_slot: Box<[CachePadded<Finished>]>,
     /// The same, for actions finished inside a pass of this queue (a
     /// backend completing in `issue`, a cancel, a failure): written by the
     /// issuer only, with a load and a store.
@@ -155,6 +159,7 @@ impl<B: Backend> PendingQueue<B> {
             first_chunk_blocks: if cfg!(fenceline_loom) { 4 } else { 256 },
             max_blocks: None,
         })?;
+        let slots = backend.finish_slots();
         let shared = Box::new(QueueState {
             backend,
             pool,
@@ -173,6 +178,9 @@ impl<B: Backend> PendingQueue<B> {
             taken_in: AtomicU64::new(0),
             waiting_now: AtomicU64::new(0),
             finished: CachePadded::new(Finished::default()),
+            finished_by_slot: (0..slots)
+                .map(|_| CachePadded::new(Finished::default()))
+                .collect(),
             finished_in_pass: Finished::default(),
             this: NonNull::dangling(),
         });
@@ -328,6 +336,9 @@ impl<B: Backend> PendingQueue<B> {
         let count = |f: fn(&Finished) -> &AtomicU64| {
             f(&shared.finished).load(Ordering::Acquire)
                 + f(&shared.finished_in_pass).load(Ordering::Acquire)
+                + (shared.finished_by_slot.iter())
+                    .map(|slot| f(slot).load(Ordering::Acquire))
+                    .sum::<u64>()
         };
         let completed = count(|f| &f.completed);
         let failed = count(|f| &f.failed);
@@ -980,18 +991,25 @@ impl<B: Backend> QueueState<B> {
         // Counted before any signal: whoever sees a signal of this action
         // sees it finished (the signal's release publishes the count).
         // Inside our own pass: the issuer's counts (no RMW).
+        // On a thread with a slot of its own (a CPU worker): its counts,
+        // with no RMW either (one thread per slot).
         let in_pass = issuing(this.as_ptr().cast_const().cast());
-        let counts = if in_pass {
-            &shared.finished_in_pass
+        let (counts, alone) = if in_pass {
+            (&shared.finished_in_pass, true)
         } else {
-            &*shared.finished
+            match shared.backend.finish_slot() {
+                Some(i) if i < shared.finished_by_slot.len() => {
+                    (&*shared.finished_by_slot[i], true)
+                }
+                _ => (&*shared.finished, false),
+            }
         };
         let counter = match &result {
             Ok(()) => &counts.completed,
             Err(e) if e.kind() == ErrorKind::Cancelled => &counts.cancelled,
             Err(_) => &counts.failed,
         };
-        if in_pass {
+        if alone {
             Self::add(counter, 1);
         } else {
             counter.fetch_add(1, Ordering::Relaxed);

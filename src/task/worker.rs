@@ -304,6 +304,8 @@ impl std::ops::Deref for TaskPool {
 /// during a hop (see [`Hop`]). Everything in it is used through `&`
 /// (the deque's methods, a `Cell`).
 pub(crate) struct Local {
+    /// The worker's index in its executor.
+    index: usize,
     deque: Deque<TaskPtr>,
     /// The executor the worker runs for (a hop only lands on a worker of
     /// the executor the graph belongs to).
@@ -392,6 +394,20 @@ impl ExecutorState {
             return None;
         }
         NonNull::new(local.cache.get())
+    }
+
+    /// The number of workers.
+    pub(crate) fn workers(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The calling thread's worker index, if it is a worker of this
+    /// executor (one thread per index, for the executor's life).
+    pub(crate) fn worker_index(&self) -> Option<usize> {
+        let local = LOCAL.with(|l| l.get());
+        // SAFETY: as in `worker_cache`.
+        let local = unsafe { local.as_ref() }?;
+        std::ptr::eq(local.exec, self).then_some(local.index)
     }
 
     /// Puts `ready` on the calling worker's deque if a [`Hop`] is active
@@ -519,6 +535,7 @@ const FLUSH_EVERY: usize = 64;
 impl Worker {
     pub(crate) fn new(index: usize, shared: Arc<ExecutorState>, deque: Deque<TaskPtr>) -> Worker {
         let local = Box::new(Local {
+            index,
             deque,
             exec: Arc::as_ptr(&shared),
             hopped: std::cell::Cell::new(false),
