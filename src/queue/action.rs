@@ -20,8 +20,10 @@ pub(crate) const DEVICE_WAITS: usize = 4;
 /// A semaphore and a value.
 pub(crate) type Entry = (Semaphore, u64);
 
-/// Entries that may be aliases (`QueueAction::aliases`' bits).
-const ALIASED: usize = 16;
+/// Entries that may be aliases (`QueueAction::aliases`' bits): the
+/// inline ones.
+const ALIASED: usize = INLINE;
+static_assertions::const_assert!(ALIASED <= u16::BITS as usize);
 
 /// `QueueAction::lent`: the action holds a reference to each of its
 /// semaphores and to its queue (every action not lent).
@@ -191,13 +193,19 @@ impl<P> QueueAction<P> {
             built.written
         };
         for (sem, value) in signals {
-            // A signal on a semaphore a stored wait holds (inline entries
-            // only; usually one wait to compare) shares that reference.
-            let alias = built.written < ALIASED
-                && (0..stored.min(ALIASED)).any(|i| {
-                    // SAFETY: wait `i < stored` was written above.
-                    unsafe { &*Self::entry_ptr(action, i) }.0.same(sem)
-                });
+            // A signal on a semaphore a stored wait holds shares its
+            // reference: the inline waits (`ALIASED == INLINE`), usually
+            // one to compare. The slice is made again for each signal,
+            // from the action's pointer, after the last write.
+            // SAFETY: the first `stored` entries (inline up to `INLINE`)
+            // were written above and are not written again.
+            let waits = unsafe {
+                std::slice::from_raw_parts(
+                    addr_of!((*a).entries).cast::<Entry>(),
+                    stored.min(ALIASED),
+                )
+            };
+            let alias = built.written < ALIASED && waits.iter().any(|(w, _)| w.same(sem));
             built.write(sem, *value, alias)?;
         }
         std::mem::forget(built);
@@ -347,9 +355,11 @@ impl<P> QueueAction<P> {
             let aliases = a.aliases;
             // An alias is a copy of an earlier entry's handle, whose drop
             // gives back the one reference both stand for.
-            for i in (0..total).filter(|&i| !is_alias(aliases, i)) {
-                // SAFETY: written at creation, dropped once here.
-                unsafe { a.entry_mut(i).assume_init_drop() };
+            for i in 0..total {
+                if !is_alias(aliases, i) {
+                    // SAFETY: written at creation, dropped once here.
+                    unsafe { a.entry_mut(i).assume_init_drop() };
+                }
             }
         }
         if a.device_wait_count > 0 {
