@@ -335,7 +335,7 @@ impl Semaphore {
             }
         }
         if inner.has_waiting() {
-            inner.request_pass_after_signal(value);
+            inner.request_pass(Some(value));
         }
         Ok(())
     }
@@ -381,7 +381,7 @@ impl Semaphore {
         inner.value.swap(FAILED_VALUE, Ordering::AcqRel);
         // Unconditionally (not only when `waiting` says so): the pass fires
         // every registered timepoint with the error.
-        inner.request_pass();
+        inner.request_pass(None);
         let events = std::mem::take(&mut *inner.lock_device());
         drop(events);
     }
@@ -469,7 +469,7 @@ impl Semaphore {
         // is cancelled, and not registered anywhere); the inbox is its
         // first list.
         inner.inbox.push(unsafe { Handle::from_raw(tp) });
-        inner.request_pass();
+        inner.request_pass(None);
         Registration::Pending
     }
 
@@ -560,7 +560,7 @@ impl Semaphore {
         // SAFETY: registered here and abandoned once (contract), so on no
         // other removal stack; the removal links are used by nothing else.
         inner.removals.push(unsafe { Handle::from_raw(tp) });
-        inner.request_pass();
+        inner.request_pass(None);
     }
 
     /// Timepoints this semaphore has compared or unlinked so far: a cost
@@ -605,19 +605,10 @@ impl Inner {
     /// Asks for a pass over the list, and runs it (with any asked for
     /// meanwhile) if no other thread holds the turn; otherwise the holder
     /// runs it before giving the turn back. Never waits.
-    fn request_pass(&self) {
-        self.request_pass_from(None);
-    }
-
-    /// As `request_pass`, by a signal that raised the value to `value`.
-    fn request_pass_after_signal(&self, value: u64) {
-        self.request_pass_from(Some(value));
-    }
-
     /// `signalled`: the value this thread's signal wrote, which a first
     /// round on a turn taken from 0 may use instead of reading the value
-    /// with a read-modify-write (see `round`).
-    fn request_pass_from(&self, signalled: Option<u64>) {
+    /// with a read-modify-write (see `round`); `None` for the others.
+    fn request_pass(&self, signalled: Option<u64>) {
         // The usual case, no holder and no request: take the turn with no
         // request bit (one CAS), so the first round has none to clear.
         // Acquire takes the list from the last holder. A request made
@@ -754,7 +745,7 @@ impl Inner {
     /// the turn back, then fires what the passes unlinked.
     /// `requested`: the turn was taken with `REQUEST` set, which the
     /// first round clears.
-    /// `signalled`: see `request_pass_from` (only with `!requested`).
+    /// `signalled`: see `request_pass` (only with `!requested`).
     fn pass(&self, requested: bool, signalled: Option<u64>) {
         let mut out = Unlinked::default();
         self.round(requested, signalled, &mut out);

@@ -386,14 +386,17 @@ impl ExecutorState {
     /// the calling task runs; borrow it only for one acquire or release
     /// at a time, on this thread (see `Local::cache`).
     pub(crate) fn worker_cache(&self) -> Option<NonNull<BlockCache<TaskPool>>> {
+        NonNull::new(self.local_here()?.cache.get())
+    }
+
+    /// The calling thread's worker state, if it is a worker of this
+    /// executor. Valid while the calling task runs, on this thread only.
+    fn local_here(&self) -> Option<&Local> {
         let local = LOCAL.with(|l| l.get());
         // SAFETY: a non-null `LOCAL` is the running worker's, alive while
         // it runs (cleared before it is freed); only this thread uses it.
         let local = unsafe { local.as_ref() }?;
-        if !std::ptr::eq(local.exec, self) {
-            return None;
-        }
-        NonNull::new(local.cache.get())
+        std::ptr::eq(local.exec, self).then_some(local)
     }
 
     /// The number of workers.
@@ -404,10 +407,7 @@ impl ExecutorState {
     /// The calling thread's worker index, if it is a worker of this
     /// executor (one thread per index, for the executor's life).
     pub(crate) fn worker_index(&self) -> Option<usize> {
-        let local = LOCAL.with(|l| l.get());
-        // SAFETY: as in `worker_cache`.
-        let local = unsafe { local.as_ref() }?;
-        std::ptr::eq(local.exec, self).then_some(local.index)
+        Some(self.local_here()?.index)
     }
 
     /// Puts `ready` on the calling worker's deque if a [`Hop`] is active
@@ -417,15 +417,9 @@ impl ExecutorState {
         if !HOP.with(|h| h.get()) {
             return Err(ready);
         }
-        let local = LOCAL.with(|l| l.get());
-        // SAFETY: a non-null `LOCAL` is the running worker's, alive while
-        // it runs (cleared before it is freed); only this thread uses it.
-        let Some(local) = (unsafe { local.as_ref() }) else {
+        let Some(local) = self.local_here() else {
             return Err(ready);
         };
-        if !std::ptr::eq(local.exec, self) {
-            return Err(ready);
-        }
         if local.next.get().is_none() && local.deque.is_empty() {
             if let Some(only) = ready.pop_front() {
                 if ready.is_empty() {
@@ -457,13 +451,10 @@ impl ExecutorState {
         if !HOP.with(|h| h.get()) {
             return Err(task);
         }
-        let local = LOCAL.with(|l| l.get());
-        // SAFETY: as in `hop`.
-        let Some(local) = (unsafe { local.as_ref() }) else {
+        let Some(local) = self.local_here() else {
             return Err(task);
         };
-        if !std::ptr::eq(local.exec, self) || local.next.get().is_some() || !local.deque.is_empty()
-        {
+        if local.next.get().is_some() || !local.deque.is_empty() {
             return Err(task);
         }
         // A `Hop` is only active inside a task this worker runs (a
