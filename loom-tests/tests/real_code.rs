@@ -422,43 +422,6 @@ fn a_chained_action_hops_onto_the_worker_that_completed_the_one_before() {
     });
 }
 
-// Catches: a wake-up holding no reference to its queue's state. A signal
-// from another thread readies an action of a queue whose last handle the
-// device's drop gives up meanwhile; the signalling thread handles the
-// action (its issue, the turn given back) while a worker may run and
-// finish it, which releases the action's reference: without one of its
-// own the signalling thread gives the turn back on a freed state.
-// Mutation checked: `queue_wake` taking no reference (`_held` always
-// `None`): a use after free (`liveness`, "turn given back").
-#[test]
-fn a_signal_readying_an_action_of_a_queue_being_dropped_keeps_it_alive() {
-    big_model().check(|| {
-        let device = Device::cpu_with(CpuConfig {
-            workers: 1,
-            queues: 1,
-            spin: false,
-        })
-        .unwrap();
-        let q = device.queue(0).unwrap();
-        let (gate, s) = (Semaphore::new(0), Semaphore::new(0));
-        q.host_call(&[(&gate, 1)], &[(&s, 1)], || Ok(())).unwrap();
-        drop(q);
-        let signaller = {
-            let gate = gate.clone();
-            thread::spawn(move || gate.signal(1).unwrap())
-        };
-        // Cancels the host call unless the signal readied it first; waits
-        // until the queue's state is freed either way.
-        drop(device);
-        signaller.join().unwrap();
-        // Ran (signalled 1) or cancelled (failed): answered either way.
-        match s.query() {
-            Ok(v) => assert_eq!(v, 1),
-            Err(e) => assert_eq!(e.kind(), ErrorKind::Cancelled),
-        }
-    });
-}
-
 // Catches: `Scope::wait_idle` returning before the scope's tasks ran. A
 // scope reused for a second submission, on one worker: the worker's
 // retirement of the first task takes the count to zero and then bumps the
