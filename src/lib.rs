@@ -51,6 +51,8 @@ pub mod semaphore;
 mod small_box;
 mod sync;
 pub mod task;
+#[cfg(all(test, not(fenceline_loom)))]
+mod test_alloc;
 mod trace;
 mod unwind;
 

@@ -44,12 +44,17 @@ fn recording_allocates_nothing_after_warmup() {
     // kind gets its name index.
     frames(2000);
     std::thread::sleep(Duration::from_millis(20));
-    let before = common::allocations();
+    let before = common::keep_sizes();
     // Fewer frames than the warm-ups queued: no pool needs to grow.
     frames(1000);
     std::thread::sleep(Duration::from_millis(20));
     let during = common::allocations() - before;
     let trace = d.stop_trace().unwrap();
     assert!(trace.events() > 0);
-    assert_eq!(during, 0, "allocations while recording 1000 frames");
+    assert_eq!(
+        during,
+        0,
+        "allocations while recording 1000 frames (sizes {:?})",
+        common::sizes_since(before)
+    );
 }

@@ -11,6 +11,10 @@ pub struct Counting;
 
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
+/// The sizes of the first counted allocations, for a failing test to show
+/// (see [`sizes_since`]).
+static SIZES: [AtomicUsize; 16] = [const { AtomicUsize::new(0) }; 16];
+
 std::thread_local! {
     /// This thread's allocations (const, no destructor: reading it never
     /// allocates, even from the allocator or during thread exit).
@@ -53,9 +57,38 @@ pub fn thread_allocations() -> usize {
     MINE.with(|m| m.get())
 }
 
-fn count() {
+/// The sizes of the counted allocations numbered `from..` (as
+/// [`allocations`] counts them; at most 16 kept, the rest 0), for an
+/// assertion's message: which pool or buffer grew.
+#[allow(dead_code)]
+pub fn sizes_since(from: usize) -> Vec<usize> {
+    (from..allocations())
+        .map(|n| SIZES.get(n - from).map_or(0, |s| s.load(Ordering::Relaxed)))
+        .collect()
+}
+
+/// Where the next counted allocations' sizes are kept from: `allocations()`
+/// when this was called.
+static SIZES_FROM: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Starts keeping the sizes of the counted allocations (see
+/// [`sizes_since`]); returns `allocations()`.
+#[allow(dead_code)]
+pub fn keep_sizes() -> usize {
+    let from = allocations();
+    SIZES_FROM.store(from, Ordering::Relaxed);
+    from
+}
+
+fn count(size: usize) {
     if !HARNESS.with(|h| h.get()) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        let n = ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        if let Some(slot) = n
+            .checked_sub(SIZES_FROM.load(Ordering::Relaxed))
+            .and_then(|k| SIZES.get(k))
+        {
+            slot.store(size, Ordering::Relaxed);
+        }
     }
     MINE.with(|m| m.set(m.get() + 1));
 }
@@ -63,7 +96,7 @@ fn count() {
 // SAFETY: forwards to `System`, only counting calls.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
+        count(layout.size());
         // SAFETY: forwarded contract.
         unsafe { System.alloc(layout) }
     }
@@ -72,7 +105,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
+        count(new_size);
         // SAFETY: forwarded contract.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
