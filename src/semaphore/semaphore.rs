@@ -480,10 +480,10 @@ impl Semaphore {
     /// The one semaphore operation that may wait for another thread: while
     /// a signal, a failure or a registration works on the list (O(k + 1)
     /// list work; callbacks run after it), so that `tp` is unlinked before
-    /// this returns. Host waits and `wait_async` futures never call it: their
-    /// timepoints are pooled and given up with [`abandon`](Self::abandon),
-    /// which never waits. The pending queue calls it only when it is torn
-    /// down or fails, and the executor when a graph's wait task expires.
+    /// this returns. Host waits, `wait_async` futures and expiring wait
+    /// tasks never call it: they give their timepoints up with
+    /// [`abandon`](Self::abandon), which never waits. The pending queue
+    /// calls it only when it is torn down or fails.
     ///
     /// # Safety
     /// `tp` is valid and was registered on this semaphore (or never
