@@ -179,8 +179,37 @@ fn fresh_recordings_every_frame_allocate_nothing() {
 /// late on a busy machine, allocates on itself before its body runs
 /// (libtest's set-up: 2 allocations measured) inside another test's
 /// window.
+/// A CUDA queue's completion thread allocates when it starts (the
+/// driver's entry points, loaded on their first calls): the device is
+/// returned only after that, so a thread the OS runs late does not
+/// allocate in the caller's first frames. Fails with `started.wait()`
+/// removed from `Completer::new`.
+fn completion_threads_start_up_before_the_device_is_returned() {
+    for completion in [CompletionMode::HostFunction, CompletionMode::EventThread] {
+        let Some(device) = cuda::device_with(CudaConfig {
+            queues: 2,
+            completion,
+            ..Default::default()
+        }) else {
+            return;
+        };
+        let before = common::keep_sizes();
+        // Idle threads allocate nothing; late ones would start up by now.
+        std::thread::sleep(Duration::from_millis(50));
+        let during = common::allocations() - before;
+        assert_eq!(
+            during,
+            0,
+            "{completion:?}: threads allocated after the device was made (sizes {:?})",
+            common::sizes_since(before)
+        );
+        drop(device);
+    }
+}
+
 #[test]
 fn one_check_after_another() {
+    completion_threads_start_up_before_the_device_is_returned();
     execute_allocates_nothing();
     fresh_recordings_every_frame_allocate_nothing();
 }

@@ -177,3 +177,75 @@ pub(crate) mod liveness {
         let _ = (state, what);
     }
 }
+
+/// Lets a thread that starts helper threads (an executor's workers, a
+/// CUDA queue's completion thread) return only once each has done its
+/// start-up: what a thread allocates for itself when it starts (its
+/// worker state, its registration with the deques' epoch, the driver's
+/// entry points) then happens before the constructor returns, never in
+/// the caller's steady state, however late the OS first runs the thread.
+///
+/// Under the model checker it does nothing (the models start their
+/// threads themselves and check other things).
+pub(crate) mod started {
+    #[cfg(not(fenceline_loom))]
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Threads yet to finish their start-up, and who waits for them.
+    pub(crate) struct Latch {
+        #[cfg(not(fenceline_loom))]
+        left: AtomicUsize,
+        #[cfg(not(fenceline_loom))]
+        waiter: std::thread::Thread,
+    }
+
+    impl Latch {
+        /// A latch for `count` threads, waited for by the calling thread.
+        pub(crate) fn new(count: usize) -> Latch {
+            let _ = count;
+            Latch {
+                #[cfg(not(fenceline_loom))]
+                left: AtomicUsize::new(count),
+                #[cfg(not(fenceline_loom))]
+                waiter: std::thread::current(),
+            }
+        }
+
+        /// Called by each thread once, when its start-up is done (also if
+        /// it unwinds: see [`Arrival`]).
+        fn arrive(&self) {
+            // Release: the thread's start-up happens before the waiter's
+            // return (its Acquire load).
+            #[cfg(not(fenceline_loom))]
+            if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                self.waiter.unpark();
+            }
+        }
+
+        /// A guard that arrives when dropped: a thread makes it first, and
+        /// drops it once its start-up is done (or a panic unwinds it).
+        pub(crate) fn arrival(self: &std::sync::Arc<Latch>) -> Arrival {
+            Arrival(self.clone())
+        }
+
+        /// Waits until every thread arrived. Only the thread that made
+        /// the latch calls it, after starting `count` threads (each of
+        /// which arrives once).
+        pub(crate) fn wait(&self) {
+            #[cfg(not(fenceline_loom))]
+            while self.left.load(Ordering::Acquire) != 0 {
+                // A stray wake-up only loops again.
+                std::thread::park();
+            }
+        }
+    }
+
+    /// See [`Latch::arrival`].
+    pub(crate) struct Arrival(std::sync::Arc<Latch>);
+
+    impl Drop for Arrival {
+        fn drop(&mut self) {
+            self.0.arrive();
+        }
+    }
+}

@@ -9,7 +9,7 @@ use super::scope::Scope;
 use super::worker::{ExecutorState, Worker};
 use crate::error::{Error, ErrorKind};
 use crate::sync::thread::{self, JoinHandle};
-use crate::sync::{liveness, Arc};
+use crate::sync::{liveness, started, Arc};
 
 /// How an [`Executor`] is shaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,8 +88,10 @@ impl Executor {
             shared: shared.clone(),
             threads: Vec::with_capacity(workers),
         };
+        let started = std::sync::Arc::new(started::Latch::new(workers));
         for (index, deque) in deques.into_iter().enumerate() {
             let shared = shared.clone();
+            let arrival = started.arrival();
             let spawned = thread::Builder::new()
                 .name(format!("fenceline-worker-{index}"))
                 .spawn(move || {
@@ -97,6 +99,8 @@ impl Executor {
                     // before it can park.
                     unsafe { shared.slots[index].register_current() };
                     let mut worker = Worker::new(index, shared, deque);
+                    worker.start_up();
+                    drop(arrival);
                     worker.run();
                 });
             match spawned {
@@ -109,6 +113,9 @@ impl Executor {
                 }
             }
         }
+        // Each worker's own allocations happen before this returns, not
+        // in the caller's first frames if the OS runs a worker late.
+        started.wait();
         Ok(exec)
     }
 

@@ -546,6 +546,19 @@ impl Worker {
         }
     }
 
+    /// What a worker allocates for itself, done before it counts as
+    /// started (see `crate::sync::started`): its registration with the
+    /// epoch of crossbeam's deques, which its first steal would otherwise
+    /// make (one allocation, at whatever time that is).
+    pub(crate) fn start_up(&mut self) {
+        #[cfg(not(fenceline_loom))]
+        {
+            // A steal from our own deque (empty: nothing is taken) pins
+            // the epoch, registering this thread with it.
+            let _ = self.shared.stealers[self.index].steal();
+        }
+    }
+
     /// Tasks a hop put on the deque count as this worker's own pushes:
     /// announced before it runs anything else ([`find`](Self::find) lets
     /// it run the only one first).

@@ -96,9 +96,11 @@ impl Completer {
             mode,
         });
         let s = shared.clone();
+        let started = std::sync::Arc::new(crate::sync::started::Latch::new(1));
+        let arrival = started.arrival();
         let thread = std::thread::Builder::new()
             .name(format!("fenceline-cuda-q{index}"))
-            .spawn(move || run(&s, &ctx, &stream, &parker))
+            .spawn(move || run(&s, &ctx, &stream, &parker, arrival))
             .map_err(|e| {
                 Error::new(
                     ErrorKind::ResourceExhausted,
@@ -106,6 +108,9 @@ impl Completer {
                 )
             })?;
         let thread_id = thread.thread().id();
+        // Its start-up allocations (the driver's entry points) happen
+        // before this returns, not in the caller's first frames.
+        started.wait();
         Ok(Completer {
             shared,
             thread: Some(thread),
@@ -176,7 +181,13 @@ unsafe extern "C" fn on_stream_reached(user: *mut c_void) {
 }
 
 /// The completion thread.
-fn run(shared: &CompleterShared, ctx: &Context, stream: &Stream, parker: &Parker) {
+fn run(
+    shared: &CompleterShared,
+    ctx: &Context,
+    stream: &Stream,
+    parker: &Parker,
+    started: crate::sync::started::Arrival,
+) {
     // Our own thread: the context stays current for its life.
     let _ = ctx.set_current();
     let mut fifo: Completions<CudaBackend> = shared.issued.take_all();
@@ -186,6 +197,7 @@ fn run(shared: &CompleterShared, ctx: &Context, stream: &Stream, parker: &Parker
     // Both are harmless on a fresh stream.
     fail_if_faulted(stream, &mut fifo);
     let _ = stream.synchronize();
+    drop(started);
     // `HostFunction`: callbacks already matched to completed actions.
     let mut counted = 0u64;
     loop {
