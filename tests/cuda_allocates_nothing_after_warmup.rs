@@ -193,16 +193,7 @@ fn completion_threads_start_up_before_the_device_is_returned() {
         }) else {
             return;
         };
-        let before = common::keep_sizes();
-        // Idle threads allocate nothing; late ones would start up by now.
-        std::thread::sleep(Duration::from_millis(50));
-        let during = common::allocations() - before;
-        assert_eq!(
-            during,
-            0,
-            "{completion:?}: threads allocated after the device was made (sizes {:?})",
-            common::sizes_since(before)
-        );
+        common::assert_idle_allocates_nothing(&format!("{completion:?} device just made"));
         drop(device);
     }
 }

@@ -170,16 +170,7 @@ fn workers_start_up_before_new_returns() {
         spin: false,
     })
     .unwrap();
-    let before = common::keep_sizes();
-    // Idle workers allocate nothing; late ones would start up by now.
-    std::thread::sleep(Duration::from_millis(50));
-    let during = common::allocations() - before;
-    assert_eq!(
-        during,
-        0,
-        "workers allocated after Executor::new returned (sizes {:?})",
-        common::sizes_since(before)
-    );
+    common::assert_idle_allocates_nothing("after Executor::new returned");
     drop(exec);
 }
 

@@ -110,3 +110,18 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
+
+/// Asserts that no thread allocates in the next 50 ms (an idle device or
+/// executor: a thread that started late would do its start-up by then).
+#[allow(dead_code)]
+pub fn assert_idle_allocates_nothing(what: &str) {
+    let before = keep_sizes();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let during = allocations() - before;
+    assert_eq!(
+        during,
+        0,
+        "{what}: threads allocated while idle (sizes {:?})",
+        sizes_since(before)
+    );
+}
