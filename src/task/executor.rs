@@ -52,7 +52,10 @@ impl fmt::Debug for Executor {
 }
 
 impl Executor {
-    /// Starts the workers.
+    /// Starts the workers, and returns once each has started: what a
+    /// worker allocates for itself when it starts is done by then, so the
+    /// caller's steady state (zero allocations) begins at once, however
+    /// late the OS first runs a worker.
     ///
     /// # Errors
     ///
