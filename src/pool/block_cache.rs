@@ -8,7 +8,6 @@ use std::ops::Deref;
 
 use super::{BlockPool, RawBlock};
 use crate::error::Error;
-use crate::sync::atomic::Ordering;
 
 /// A single owner's stash of free blocks in front of a shared [`BlockPool`]
 /// (a "magazine", as in slab allocators): `acquire` and `release` touch no
@@ -124,23 +123,17 @@ impl<P: Deref<Target = BlockPool>, const N: usize> BlockCache<P, N> {
 
     #[cold]
     fn refill(&mut self) -> Result<RawBlock, Error> {
-        let Some((first, count)) = self.pool.pop_chain(Self::HALF as u32 + 1) else {
+        debug_assert_eq!(self.len, 0, "a refill of an empty stash");
+        // The chain fills the stash from its first slot (all empty); its
+        // last block is the one returned.
+        let count = self.pool.pop_chain_into(&mut self.blocks[..=Self::HALF]);
+        if count == 0 {
             return self.pool.acquire_raw();
-        };
-        let mut index = first;
-        for i in 0..count {
-            // SAFETY: the chain is ours now; its blocks are this pool's.
-            let ptr = unsafe { self.pool.block_ptr(index) };
-            let block = RawBlock { ptr, index };
-            if i + 1 == count {
-                return Ok(block);
-            }
-            self.blocks[self.len].write(block);
-            self.len += 1;
-            // SAFETY: as above; the links of an owned chain are stable.
-            index = unsafe { self.pool.next_of(index) }.load(Ordering::Relaxed);
         }
-        unreachable!("a popped chain has at least one block");
+        self.len = count - 1;
+        // SAFETY: `pop_chain_into` wrote slots `0..count` with the blocks it
+        // popped, now ours; the last is moved out, the rest are the stash.
+        Ok(unsafe { self.blocks[count - 1].assume_init_read() })
     }
 
     /// Puts a block in the stash, first returning half of a full stash to

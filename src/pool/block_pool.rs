@@ -293,6 +293,26 @@ impl BlockPool {
         unsafe { &*blocks.cast::<AtomicU32>().sub(offset + 1) }
     }
 
+    /// Block `index`'s address and its free-list link, from one chunk
+    /// lookup.
+    ///
+    /// # Safety
+    /// As for `chunk_of`.
+    #[inline]
+    pub(in crate::pool) unsafe fn block_and_link(&self, index: u32) -> (NonNull<u8>, &AtomicU32) {
+        // SAFETY: forwarded contract.
+        let (blocks, offset) = unsafe { self.chunk_of(index) };
+        // SAFETY: as in `block_ptr` and `next_of`: the block lies inside the
+        // chunk's allocation (`offset` < its length), its link just below
+        // the chunk's first block, initialized at install.
+        unsafe {
+            (
+                NonNull::new_unchecked(blocks.add(offset * self.block_size)),
+                &*blocks.cast::<AtomicU32>().sub(offset + 1),
+            )
+        }
+    }
+
     /// # Safety
     /// As for `chunk_of`.
     #[inline]

@@ -3,11 +3,12 @@
 //! read a stale head fails its CAS (no ABA); when it is empty, a new chunk
 //! is installed and its blocks pushed in one CAS.
 
+use std::mem::MaybeUninit;
 use std::ptr;
 
 use crossbeam_utils::Backoff;
 
-use super::{pack, unpack, BlockPool, MAX_CHUNKS, NIL};
+use super::{pack, unpack, BlockPool, RawBlock, MAX_CHUNKS, NIL};
 use crate::error::{Error, ErrorKind};
 use crate::sync::atomic::{AtomicU32, Ordering};
 
@@ -74,42 +75,51 @@ impl BlockPool {
         }
     }
 
-    /// Pops a chain of up to `max` (>= 1) blocks with one CAS: returns its
-    /// first index and length; the blocks are linked through `next` in
-    /// order (the last one's link is stale).
+    /// Pops a chain of up to `out.len()` (>= 1) blocks with one CAS and
+    /// hands them to `out` in list order; returns how many (0: the list
+    /// was empty).
     ///
     /// The walk reads links of blocks other threads may be popping; the reads
-    /// are atomic, bounded by `max`, and only indices of installed chunks are
-    /// ever stored in links, so a stale walk is harmless: any pop or push
-    /// since our load moved the generation and the CAS fails. If the CAS
-    /// succeeds, nothing changed the list since the load, so the chain we
+    /// are atomic, bounded by `out.len()`, and only indices of installed
+    /// chunks are ever stored in links, so a stale walk is harmless: any pop
+    /// or push since our load moved the generation and the CAS fails. If the
+    /// CAS succeeds, nothing changed the list since the load, so the chain we
     /// walked was the list's front, whose links were published to us by the
-    /// Acquire load (every push is a release RMW on `head`).
+    /// Acquire load (every push is a release RMW on `head`). `out` is written
+    /// during the walk, before the CAS: a failed CAS only writes it again.
+    /// One walk finds the chain's end and each block's address (a chunk
+    /// lookup per block, not two walks of two each).
     #[inline]
-    pub(in crate::pool) fn pop_chain(&self, max: u32) -> Option<(u32, u32)> {
+    pub(in crate::pool) fn pop_chain_into(&self, out: &mut [MaybeUninit<RawBlock>]) -> usize {
+        debug_assert!(!out.is_empty(), "a chain of at least one block");
         let backoff = Backoff::new();
         let mut head = self.head.load(Ordering::Acquire);
         loop {
             let (top, generation) = unpack(head);
             if top == NIL {
-                return None;
+                return 0;
             }
-            let mut count = 1;
-            // SAFETY: `top` is an index of this pool (see `pop`); every link
-            // holds NIL or such an index, so each `next` below is one too.
-            let mut next = unsafe { self.next_of(top) }.load(Ordering::Relaxed);
-            while count < max && next != NIL {
-                // SAFETY: as above.
-                next = unsafe { self.next_of(next) }.load(Ordering::Relaxed);
+            let mut count = 0;
+            let mut index = top;
+            let next = loop {
+                // SAFETY: `top` is an index of this pool (see `pop`); every
+                // link holds NIL or such an index, so each `index` is one too.
+                let (ptr, link) = unsafe { self.block_and_link(index) };
+                out[count].write(RawBlock { ptr, index });
                 count += 1;
-            }
+                let next = link.load(Ordering::Relaxed);
+                if count == out.len() || next == NIL {
+                    break next;
+                }
+                index = next;
+            };
             match self.head.compare_exchange_weak(
                 head,
                 pack(next, generation.wrapping_add(1)),
                 Ordering::Acquire,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Some((top, count)),
+                Ok(_) => return count,
                 Err(now) => {
                     backoff.spin();
                     head = now;

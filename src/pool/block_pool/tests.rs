@@ -183,22 +183,27 @@ fn releasing_into_the_wrong_pool_panics() {
 }
 
 #[test]
-fn pop_chain_takes_up_to_max_in_list_order() {
+fn pop_chain_into_takes_up_to_its_room_in_list_order() {
     let mut p = pool(16, 8, None);
     p.preallocate(8).unwrap();
-    let (first, count) = p.pop_chain(3).unwrap();
+    let mut out = [const { std::mem::MaybeUninit::<RawBlock>::uninit() }; 100];
+    let count = p.pop_chain_into(&mut out[..3]);
     assert_eq!(count, 3);
     assert_eq!(p.count_free(), 5);
-    let mut chain = vec![first];
-    for _ in 1..count {
-        // SAFETY: the chain is ours; its links are stable.
-        let next = unsafe { p.next_of(*chain.last().unwrap()) }.load(Ordering::Relaxed);
-        chain.push(next);
+    // SAFETY: the first `count` slots were written with the popped blocks.
+    let chain: Vec<RawBlock> = out[..count]
+        .iter()
+        .map(|b| unsafe { b.assume_init_read() })
+        .collect();
+    let indices: Vec<u32> = chain.iter().map(|b| b.index).collect();
+    assert_eq!(indices, [0, 1, 2], "fresh chunks are pushed in index order");
+    for b in &chain {
+        // SAFETY: popped from `p`: each block's own address.
+        assert_eq!(b.ptr, unsafe { p.block_ptr(b.index) });
     }
-    assert_eq!(chain, [0, 1, 2], "fresh chunks are pushed in index order");
-    let (_, rest) = p.pop_chain(100).unwrap();
+    let rest = p.pop_chain_into(&mut out);
     assert_eq!(rest, 5, "a short list gives what it has");
-    assert!(p.pop_chain(1).is_none());
+    assert_eq!(p.pop_chain_into(&mut out[..1]), 0);
     assert_eq!(p.count_free(), 0);
 }
 
