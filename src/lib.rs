@@ -46,6 +46,7 @@ pub mod pool;
 #[cfg(not(feature = "testing"))]
 #[allow(dead_code, unused_imports)] // parts only `testing` users reach
 pub(crate) mod pool;
+mod prefetch;
 pub mod queue;
 pub mod semaphore;
 mod small_box;

@@ -40,28 +40,6 @@ pub struct BlockCache<P: Deref<Target = BlockPool>, const N: usize = 32> {
 /// over while the caller fills the ones before it.
 const ACQUIRE_AHEAD: usize = 3;
 
-/// Starts fetching the first two lines at `p` for writing (a hint: no
-/// effect on memory, never faults).
-#[inline(always)]
-fn prefetch_write(p: *const u8) {
-    #[cfg(all(target_arch = "x86_64", not(miri), not(fenceline_loom)))]
-    // SAFETY: a prefetch is only a hint to the cache: it reads nothing the
-    // program sees and does not fault on any address.
-    // (`prefetchw` by hand: `_MM_HINT_ET0` compiles to a read prefetch
-    // without the `prfchw` target feature; CPUs without the instruction
-    // run it as a no-op.)
-    unsafe {
-        std::arch::asm!(
-            "prefetchw [{p}]",
-            "prefetchw [{p} + 64]",
-            p = in(reg) p,
-            options(nostack, preserves_flags, readonly)
-        );
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(miri), not(fenceline_loom))))]
-    let _ = p;
-}
-
 impl<P: Deref<Target = BlockPool>, const N: usize> fmt::Debug for BlockCache<P, N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BlockCache")
@@ -114,7 +92,11 @@ impl<P: Deref<Target = BlockPool>, const N: usize> BlockCache<P, N> {
         self.len -= 1;
         if let Some(ahead) = self.len.checked_sub(ACQUIRE_AHEAD) {
             // SAFETY: slots below `len` hold blocks.
-            prefetch_write(unsafe { self.blocks[ahead].assume_init_ref() }.ptr.as_ptr());
+            let p = unsafe { self.blocks[ahead].assume_init_ref() }.ptr.as_ptr();
+            // Its first two lines (a task's header and payload start; an
+            // action's header and payload).
+            crate::prefetch::write_line(p);
+            crate::prefetch::write_line(p.wrapping_add(64));
         }
         // SAFETY: slots below the old `len` hold blocks; this one is moved
         // out and the slot counts as empty from now on.

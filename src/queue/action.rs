@@ -291,6 +291,30 @@ impl<P> QueueAction<P> {
         }
     }
 
+    /// Starts fetching, for writing, the lines a woken action's handling
+    /// touches: its header, payload and first two entries (a chain step's
+    /// wait and signal), its waiting-list links and its timepoint. A hint
+    /// (no access): `action` may be any address.
+    pub(crate) fn prefetch(action: NonNull<QueueAction<P>>) {
+        let a = action.as_ptr();
+        // Field addresses only (`wrapping_add` keeps within the same
+        // object or merely computes an address; nothing is dereferenced).
+        let entries = a
+            .cast::<u8>()
+            .wrapping_add(std::mem::offset_of!(QueueAction<P>, entries));
+        let links = a
+            .cast::<u8>()
+            .wrapping_add(std::mem::offset_of!(QueueAction<P>, waiting_links));
+        let timepoint_end = a.cast::<u8>().wrapping_add(
+            std::mem::offset_of!(QueueAction<P>, timepoint) + std::mem::size_of::<Timepoint>(),
+        );
+        crate::prefetch::write_lines(
+            a.cast::<u8>(),
+            entries.wrapping_add(2 * std::mem::size_of::<Entry>()),
+        );
+        crate::prefetch::write_lines(links, timepoint_end);
+    }
+
     /// The lent state (`OWNED`, `LENT`, `KEPT`, `DONE`), borrowed alone:
     /// no reference to the rest of the action, which its backend may be
     /// using on another thread.
