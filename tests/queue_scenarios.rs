@@ -396,3 +396,117 @@ fn actions_made_with_the_callers_handles_that_escape_keep_their_semaphores() {
     let stats = q.stats();
     assert_eq!((stats.completed, stats.in_flight), (N, 0));
 }
+
+/// Issues in lockstep with a submitting thread: `issue` of action `i`
+/// returns only once that thread has submitted `i + 1` (or is done), so
+/// every pass of the issuer ends with a request pending, as under a steady
+/// stream from another thread. Completes inline. Takes handed-off turns.
+struct Lockstep {
+    issued: std::sync::atomic::AtomicU64,
+    submitted: std::sync::atomic::AtomicU64,
+    last: u64,
+    log: Mutex<Vec<u64>>,
+    turns: Mutex<Vec<fenceline::queue::IssueTurn<Lockstep>>>,
+}
+
+impl Backend for Lockstep {
+    type Payload = u64;
+    fn issue(&self, work: Completion<Self>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let id = *work.payload();
+        self.log.lock().unwrap().push(id);
+        self.issued.store(id, SeqCst);
+        while id < self.last && self.submitted.load(SeqCst) <= id {
+            std::thread::yield_now();
+        }
+        work.complete(Ok(()));
+    }
+    fn hand_off_turn(
+        &self,
+        turn: fenceline::queue::IssueTurn<Self>,
+    ) -> Result<(), fenceline::queue::IssueTurn<Self>> {
+        self.turns.lock().unwrap().push(turn);
+        Ok(())
+    }
+}
+
+/// The thread that takes the issuer turn serves its own action and
+/// `ISSUE_PASSES_BEFORE_HAND_OFF` passes of another thread's submissions,
+/// then hands the turn off and returns, though that thread keeps
+/// submitting; whoever runs the turn issues the rest, each once, in order.
+/// Mutation checked: without the hand-off in `drain_turn` the first
+/// `submit` serves all 200 submissions of the other thread before it
+/// returns (the log assertion fails).
+#[test]
+fn a_submitter_hands_the_turn_off_under_a_steady_stream() {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    const LAST: u64 = 200;
+    assert_eq!(fenceline::queue::ISSUE_PASSES_BEFORE_HAND_OFF, 1);
+    let q = Arc::new(
+        PendingQueue::new(Lockstep {
+            issued: AtomicU64::new(u64::MAX),
+            submitted: AtomicU64::new(0),
+            last: LAST,
+            log: Mutex::new(Vec::new()),
+            turns: Mutex::new(Vec::new()),
+        })
+        .unwrap(),
+    );
+    let s = Semaphore::new(0);
+    let stream = {
+        let (q, s) = (q.clone(), s.clone());
+        std::thread::spawn(move || {
+            for i in 1..=LAST {
+                // One ahead of the issuer: submit `i` once `i - 1` issued.
+                while q.backend().issued.load(SeqCst) != i - 1 {
+                    std::thread::yield_now();
+                }
+                q.submit(&[], &[(&s, i)], i).unwrap();
+                q.backend().submitted.store(i, SeqCst);
+            }
+        })
+    };
+    // Action 0 (no other thread holds the turn yet): this thread issues
+    // it, then one pass (action 1), then hands off with action 2 pending.
+    q.submit(&[], &[], 0).unwrap();
+    assert_eq!(*q.backend().log.lock().unwrap(), [0, 1]);
+    assert_eq!(q.backend().turns.lock().unwrap().len(), 1);
+    assert_eq!(q.stats().issuer_hand_offs, 0, "counted when taken up");
+    // The turn's new holder (here, this thread again) drains the rest.
+    let turn = q.backend().turns.lock().unwrap().pop().unwrap();
+    turn.run();
+    stream.join().unwrap();
+    assert_eq!(
+        *q.backend().log.lock().unwrap(),
+        (0..=LAST).collect::<Vec<_>>()
+    );
+    assert_eq!(s.query().unwrap(), LAST);
+    let stats = q.stats();
+    assert_eq!((stats.issuer_hand_offs, stats.in_flight), (1, 0));
+}
+
+/// A signal whose wake-ups chain on an inline-completing queue: the
+/// signalling thread serves the first action and one pass, then hands the
+/// turn off; dropping the handed-off turn drains the rest on the dropping
+/// thread (a turn is never lost). Mutation checked: without the hand-off
+/// the signal issues all 20 actions itself (the first log assertion
+/// fails); `IssueTurn`'s drop not draining leaves 18 stranded (the last).
+#[test]
+fn a_signaller_hands_off_a_chain_and_a_dropped_turn_still_drains() {
+    let q = PendingQueue::new(TestingBackend::handing_off(true)).unwrap();
+    let s = Semaphore::new(0);
+    for i in 1..=20 {
+        q.submit(&[(&s, i)], &[(&s, i + 1)], i).unwrap();
+    }
+    assert!(q.backend().issued_log().is_empty());
+    s.signal(1).unwrap();
+    assert_eq!(q.backend().issued_log(), [1, 2]);
+    assert_eq!(q.backend().turns_waiting(), 1);
+    assert_eq!(s.query().unwrap(), 3, "the two issued completed inline");
+    let turns = q.backend().take_turns();
+    assert_eq!(turns.len(), 1);
+    drop(turns);
+    assert_eq!(s.query().unwrap(), 21, "the dropped turn drained the chain");
+    assert_eq!(q.backend().issued_log(), (1..=20).collect::<Vec<_>>());
+    assert_eq!(q.stats().issuer_hand_offs, 1);
+}

@@ -3,6 +3,11 @@
 //! pass that parks an action, a direct wake racing a direct submission,
 //! and shutdown racing a submit.
 //!
+//! The issuer that keeps finding requests after its own action and
+//! `ISSUE_PASSES_BEFORE_HAND_OFF` passes hands its turn to the backend,
+//! which runs it on another thread (`IssueTurn`), concurrently with what
+//! the old holder still does after handing it off.
+//!
 //! A submission that finds no pass running takes the issuer's turn itself
 //! and handles its action directly (`take_turn`). Mutation checked: that
 //! turn taken with a plain store instead of a compare-exchange from 0 (two
@@ -165,6 +170,56 @@ fn a_direct_wake_racing_a_direct_submission_issues_each_once() {
         q.backend().complete_all();
         q.shutdown();
         assert_eq!(out.query().unwrap(), 1, "signalled, never cancelled");
+        assert_eq!(q.in_flight(), 0);
+    });
+}
+
+// Two threads submit (one of them twice) while this thread runs every
+// issuer turn handed off, as a CPU device's worker does: the submitter
+// holding the turn may hand it off after one pass with requests still
+// coming, and this thread's drain then runs while that submitter returns.
+// Each action is issued exactly once and none is stranded. Mutations
+// checked: the old holder going on with its passes after the hand-off
+// (`Ok(()) => {}` instead of `break`: two issuers at once, loom reports
+// the issuer state's concurrent access); the old holder swinging the
+// counter to 0 as it hands off (the third submission then takes the turn
+// while this thread runs the handed-off one: the same report, found only
+// with three preemptions, hence the bound; about three minutes).
+#[test]
+fn a_handed_off_turn_issues_each_action_once() {
+    use loom::sync::atomic::{AtomicUsize, Ordering};
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let q = Arc::new(PendingQueue::new(TestingBackend::handing_off(true)).unwrap());
+        let s = Semaphore::new(0);
+        let done = Arc::new(AtomicUsize::new(0));
+        let spawn = |ids: &'static [u64]| {
+            let (q, s, done) = (q.clone(), s.clone(), done.clone());
+            thread::spawn(move || {
+                for &id in ids {
+                    q.submit(&[], &[(&s, id)], id).unwrap();
+                }
+                done.fetch_add(1, Ordering::Release);
+            })
+        };
+        let a = spawn(&[1]);
+        let b = spawn(&[2, 3, 4]);
+        while done.load(Ordering::Acquire) < 2 {
+            q.backend().run_turns();
+            thread::yield_now();
+        }
+        a.join().unwrap();
+        b.join().unwrap();
+        q.backend().run_turns();
+        let mut issued = q.backend().issued_log();
+        issued.sort_unstable();
+        assert_eq!(
+            issued,
+            [1, 2, 3, 4],
+            "each issued exactly once, none stranded"
+        );
+        assert_eq!(q.backend().turns_waiting(), 0);
         assert_eq!(q.in_flight(), 0);
     });
 }

@@ -7,7 +7,7 @@ use crate::device::recording::{Command, RunTiles};
 use crate::error::Error;
 use crate::list::{SList, TransferStack};
 use crate::pool::BlockCache;
-use crate::queue::{Backend, Completion};
+use crate::queue::{Backend, Completion, IssueTurn};
 use crate::sync::{Arc, UnsafeCell};
 use crate::task::{submit_finally, ExecutorState, Graph, Scope, ScopeLink, TaskId, TaskPool};
 
@@ -50,9 +50,10 @@ pub(crate) struct CpuBackend {
     /// for one queue (its issuer is exclusive).
     spare_scopes: UnsafeCell<SList<ScopeLink>>,
     /// Task blocks for the graphs `issue` builds off the executor's
-    /// workers (a submitting thread's direct issue): touched only by
-    /// `issue`, like `spare_scopes`. On a worker, `issue` takes the
-    /// worker's cache instead.
+    /// workers (a submitting thread's direct issue) and for a turn handed
+    /// to a worker (`hand_off_turn`): touched only by those two, which the
+    /// queue's issuer alone calls, like `spare_scopes`. On a worker,
+    /// `issue` takes the worker's cache instead.
     issue_blocks: std::cell::UnsafeCell<BlockCache<TaskPool>>,
     /// The scope host calls run in (their errors go to their signals).
     host_scope: Scope,
@@ -64,9 +65,9 @@ pub(crate) struct CpuBackend {
 }
 
 // SAFETY: `spare_scopes` and `issue_blocks` are the only fields that are
-// not `Sync`; they are touched only by `issue`, which the pending queue never runs concurrently
-// for one queue (its issuer is exclusive: the drain protocol), and by
-// `Drop` (exclusive).
+// not `Sync`; they are touched only by `issue` and `hand_off_turn`, which
+// only the queue's issuer calls, one thread at a time (its turn is
+// exclusive: the drain protocol), and by `Drop` (exclusive).
 unsafe impl Sync for CpuBackend {}
 
 impl Drop for CpuBackend {
@@ -376,6 +377,29 @@ impl Backend for CpuBackend {
             Work::HostCall(_) => self.issue_host_call(work),
             Work::Execute { .. } => self.issue_execute(work),
         }
+    }
+
+    /// Off the workers (a submitting or signalling user thread that has
+    /// served its own action and a pass of others' requests), the turn
+    /// goes to a worker as one task: the caller returns, and the worker
+    /// drains on. A worker keeps the turn (it is where issuing belongs).
+    fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
+        if self.exec.worker_index().is_some() {
+            return Err(turn);
+        }
+        // The task's injection (a release the worker's take acquires)
+        // orders this thread's passes before the worker's. With no task
+        // block the closure, and the turn in it, is dropped, which drains
+        // on here: the turn is never lost.
+        // SAFETY: the cache as `task_cache` says (the hand-off is made by
+        // the issuer, like `issue`); `lone_scope` lives in the backend,
+        // which outlives the turn (the turn holds the queue's state).
+        let _ = unsafe {
+            submit_finally(&self.exec, &self.lone_scope, self.task_cache(), move |_| {
+                turn.run()
+            })
+        };
+        Ok(())
     }
 
     /// One per worker of the device's executor, where completions run.

@@ -39,6 +39,11 @@ pub struct DeviceStats {
     pub worker_wakeups: u64,
     /// Times a worker stole from another worker's deque (CPU device).
     pub steals: u64,
+    /// Times a thread that took a queue's issuer turn (a submitter, a
+    /// signaller) handed it to a worker instead of serving other threads'
+    /// requests on (CPU device; see
+    /// [`ISSUE_PASSES_BEFORE_HAND_OFF`](crate::queue::ISSUE_PASSES_BEFORE_HAND_OFF)).
+    pub issuer_hand_offs: u64,
 }
 
 impl DeviceStats {
@@ -50,6 +55,7 @@ impl DeviceStats {
             cancelled,
             in_flight,
             pending,
+            issuer_hand_offs,
             ..
         } = q.stats();
         self.submitted += submitted;
@@ -58,6 +64,7 @@ impl DeviceStats {
         self.cancelled += cancelled;
         self.in_flight += in_flight;
         self.pending += pending;
+        self.issuer_hand_offs += issuer_hand_offs;
         self.pool_blocks_in_use += in_flight;
         self.pool_blocks_high_water += q.pool_capacity() as u64;
     }

@@ -36,6 +36,22 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// [`PendingQueue::issue`](super::PendingQueue::issue) soon.
     fn wake_issuer(&self) {}
 
+    /// Takes over the queue's issuer turn from the thread that holds it.
+    ///
+    /// The thread that takes the turn (a submitter, or a signaller whose
+    /// signal woke an action) handles its own action, then serves the
+    /// requests other threads made meanwhile. After
+    /// [`ISSUE_PASSES_BEFORE_HAND_OFF`](super::ISSUE_PASSES_BEFORE_HAND_OFF)
+    /// such passes, if requests keep coming, the queue offers the turn
+    /// here, so that the caller's `submit` (or `signal`) returns in bounded
+    /// time under a steady stream from other threads. Arrange for
+    /// [`IssueTurn::run`] to be called on a thread that may issue (a
+    /// worker) and return `Ok`; or return the turn (`Err`, the default) and
+    /// the calling thread keeps serving. Asked at most once per drain.
+    fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
+        Err(turn)
+    }
+
     /// The device-wait shortcut: an event, already recorded on this
     /// backend, whose completion brings `semaphore` to `>= value`; the action
     /// may then be issued at once, waiting on the device. `None` (the
@@ -62,6 +78,62 @@ pub trait Backend: Send + Sync + Sized + 'static {
     #[doc(hidden)]
     fn finish_slot(&self) -> Option<usize> {
         None
+    }
+}
+
+/// A queue's issuer turn, handed to its backend by
+/// [`Backend::hand_off_turn`]: whoever holds it is the queue's only issuer
+/// until [`run`](Self::run) finishes the drain. It holds a reference to the
+/// queue (the queue outlives it). Dropping it runs the drain on the
+/// dropping thread, so a turn is never lost.
+pub struct IssueTurn<B: Backend> {
+    shared: NonNull<QueueState<B>>,
+}
+
+// SAFETY: the turn may be served from any thread that may issue (the
+// backend's check), and the state it points to is `Sync`; the turn's
+// exclusivity is passed along with the token (the backend's hand-over
+// orders the old issuer's writes before the new one's reads).
+unsafe impl<B: Backend> Send for IssueTurn<B> {}
+
+impl<B: Backend> IssueTurn<B> {
+    /// A turn the caller holds, with a reference of its own.
+    ///
+    /// # Safety
+    /// The caller holds the issuer turn of `shared` (a live state) and
+    /// gives it up to this token; the token owns one counted reference.
+    pub(crate) unsafe fn new(shared: NonNull<QueueState<B>>) -> IssueTurn<B> {
+        IssueTurn { shared }
+    }
+
+    /// Finishes the drain on this thread: passes until no request is left,
+    /// then gives the turn back.
+    pub fn run(self) {
+        let shared = self.shared;
+        std::mem::forget(self);
+        // SAFETY: the token holds the turn and a reference (`new`).
+        unsafe { QueueState::resume_turn(shared) };
+    }
+
+    /// Gives the turn back to its holder without running it (the backend
+    /// declined it).
+    pub(crate) fn into_raw(self) -> NonNull<QueueState<B>> {
+        let shared = self.shared;
+        std::mem::forget(self);
+        shared
+    }
+}
+
+impl<B: Backend> Drop for IssueTurn<B> {
+    fn drop(&mut self) {
+        // SAFETY: as in `run`.
+        unsafe { QueueState::resume_turn(self.shared) };
+    }
+}
+
+impl<B: Backend> fmt::Debug for IssueTurn<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("IssueTurn")
     }
 }
 

@@ -19,6 +19,11 @@
 //!   its last pass began with; everyone else only bumps the counter. A
 //!   request made during a pass makes that CAS fail, so the issuer passes
 //!   again: nothing is stranded, and only one thread ever runs a pass.
+//!   After its own action and `ISSUE_PASSES_BEFORE_HAND_OFF` passes of
+//!   others' requests, the issuer offers the turn to its backend
+//!   (`Backend::hand_off_turn`: a CPU device hands it to a worker), so a
+//!   submitter or signaller returns in bounded time; the turn moves whole
+//!   (the counter is not swung back) and the new holder drains on.
 //! - **A pass looks only at new and woken actions** (`QueueState::pass`): new
 //!   ones come from the submit stack in submission order; a pending action
 //!   arms *one* queue-wake timepoint, on its first unsatisfied wait, and is
@@ -43,6 +48,6 @@ mod pending;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use backend::{Backend, Completion, CompletionStack, Completions};
+pub use backend::{Backend, Completion, CompletionStack, Completions, IssueTurn};
 pub(crate) use pending::in_issue_pass;
-pub use pending::{PendingQueue, QueueStats};
+pub use pending::{PendingQueue, QueueStats, ISSUE_PASSES_BEFORE_HAND_OFF};

@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use super::action::{QueueAction, SubmitLink, WaitingLink, DEVICE_WAITS, DONE, KEPT, LENT, OWNED};
-use super::backend::{Backend, Completion};
+use super::backend::{Backend, Completion, IssueTurn};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, TransferStack};
 use crate::pool::{BlockCache, BlockPool, BlockPoolConfig};
@@ -30,6 +30,13 @@ const READIED: u64 = 1 << 63;
 /// fifth, two ahead by a fifth to a third (ARCHITECTURE.md, A hop's lines
 /// fetched ahead).
 const PREFETCH_WAITING: usize = 2;
+
+/// How many passes of other threads' requests the thread that took a
+/// queue's issuer turn runs, after its own action, before it offers the
+/// turn to the backend ([`Backend::hand_off_turn`]) if requests keep
+/// coming: what bounds a `submit` or a `signal` under a steady stream of
+/// submissions from other threads.
+pub const ISSUE_PASSES_BEFORE_HAND_OFF: u32 = 1;
 
 type Action<B> = QueueAction<<B as Backend>::Payload>;
 
@@ -60,6 +67,9 @@ pub(crate) struct QueueState<B: Backend> {
     /// actions it took in, and actions in its waiting list.
     taken_in: AtomicU64,
     waiting_now: AtomicU64,
+    /// Turns handed to the backend, counted when the new holder takes it
+    /// up (the issuer only).
+    hand_offs: AtomicU64,
     /// Finished actions by outcome, counted (one RMW) before their signals
     /// are made, so a thread that sees a signal sees the count.
     finished: CachePadded<Finished>,
@@ -102,6 +112,10 @@ pub struct QueueStats {
     pub in_flight: u64,
     /// Of those, actions waiting on a semaphore (not yet issued).
     pub pending: u64,
+    /// Times the thread holding the issuer turn handed it to the backend
+    /// ([`Backend::hand_off_turn`]) instead of serving other threads'
+    /// requests on (counted once the backend's thread takes it up).
+    pub issuer_hand_offs: u64,
 }
 
 /// The queue's pool, reached from the issuer's cache beside it in the same
@@ -185,6 +199,7 @@ impl<B: Backend> PendingQueue<B> {
             examined: AtomicU64::new(0),
             taken_in: AtomicU64::new(0),
             waiting_now: AtomicU64::new(0),
+            hand_offs: AtomicU64::new(0),
             finished: CachePadded::new(Finished::default()),
             finished_by_slot: (0..slots)
                 .map(|_| CachePadded::new(Finished::default()))
@@ -359,6 +374,7 @@ impl<B: Backend> PendingQueue<B> {
             cancelled,
             in_flight: submitted.saturating_sub(completed + failed + cancelled),
             pending: shared.waiting_now.load(Ordering::Relaxed),
+            issuer_hand_offs: shared.hand_offs.load(Ordering::Acquire),
         }
     }
 
@@ -711,12 +727,44 @@ impl<B: Backend> QueueState<B> {
         self.issuer_blocks.with_mut(|p| unsafe { &mut *p })
     }
 
+    /// Continues a drain whose turn was handed off ([`IssueTurn`]), then
+    /// gives up the turn's reference.
+    ///
+    /// # Safety
+    /// The caller holds `this`'s issuer turn (handed over to it, ordered
+    /// after the previous holder's last pass) and one reference, which
+    /// this gives up.
+    pub(crate) unsafe fn resume_turn(this: NonNull<QueueState<B>>) {
+        // SAFETY: the turn's reference keeps the state alive until the
+        // release.
+        let shared = unsafe { this.as_ref() };
+        // The release makes the reference go even if a pass unwinds.
+        let _reference = Reference(this);
+        // The turn is held (the counter was never swung back), so this is
+        // at least 1. Acquire: every request counted here published its
+        // push before (the requesters' `fetch_add` release, in the
+        // counter's release sequence), so the first pass sees it.
+        let seen = shared.requests.load(Ordering::Acquire);
+        // Counted by the turn's new holder (the issuer writes it alone).
+        Self::add(&shared.hand_offs, 1);
+        shared.drain_turn(seen, None, false);
+    }
+
     /// Runs passes as the issuer until the turn is given back with no
     /// request left; `first`, an action the caller holds (a new one, or one
     /// just woken), is handled before the first pass.
-    fn drain(&self, mut seen: usize, mut first: Option<First<B>>) {
+    fn drain(&self, seen: usize, first: Option<First<B>>) {
+        self.drain_turn(seen, first, true);
+    }
+
+    /// `drain`; `may_hand_off`: after its own action and
+    /// [`ISSUE_PASSES_BEFORE_HAND_OFF`] passes with requests still coming,
+    /// the turn is offered to the backend (once), and if it takes it this
+    /// returns without giving the turn back: the backend's thread drains on.
+    fn drain_turn(&self, mut seen: usize, mut first: Option<First<B>>, mut may_hand_off: bool) {
         let _pass = PassDepth::enter(self.this.as_ptr().cast_const().cast());
         let mut panicked = FirstPanic::default();
+        let mut passes = 0;
         loop {
             // SAFETY: the counter went from 0 to 1 under us: we are the only
             // issuer until we swing it back to 0.
@@ -724,6 +772,7 @@ impl<B: Backend> QueueState<B> {
             match first.take() {
                 None => {
                     panicked.run(|| self.pass(issuer));
+                    passes += 1;
                 }
                 Some(First::Woken(action)) => {
                     let closed = self.closed.load(Ordering::Acquire);
@@ -755,6 +804,26 @@ impl<B: Backend> QueueState<B> {
             {
                 Ok(_) => break,
                 Err(now) => seen = now,
+            }
+            if may_hand_off && passes >= ISSUE_PASSES_BEFORE_HAND_OFF {
+                may_hand_off = false;
+                // The token's reference: the caller's may go as soon as we
+                // return, and the new holder drains after that.
+                self.refs.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: the turn is ours (the counter is not 0, and only
+                // we swing it back); the token takes it and the reference.
+                let turn = unsafe { IssueTurn::new(self.this) };
+                match self.backend.hand_off_turn(turn) {
+                    // The turn is the backend's now: no pass of ours after
+                    // this, and the counter stays up for its holder.
+                    Ok(()) => break,
+                    Err(turn) => {
+                        let this = turn.into_raw();
+                        // SAFETY: the token's reference, taken above (ours
+                        // keeps the state alive: not the last).
+                        unsafe { QueueState::release(this) };
+                    }
+                }
             }
         }
         panicked.resume();

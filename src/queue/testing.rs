@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use super::backend::{Backend, Completion};
+use super::backend::{Backend, Completion, IssueTurn};
 use crate::error::Error;
 use crate::sync::Mutex;
 
@@ -18,6 +18,9 @@ pub struct TestingBackend {
     issued: Mutex<VecDeque<Completion<TestingBackend>>>,
     log: Mutex<Vec<TestPayload>>,
     auto_complete: bool,
+    /// Takes the issuer turns the queue hands off (`handing_off`), until
+    /// the test runs them.
+    turns: Option<Mutex<Vec<IssueTurn<TestingBackend>>>>,
 }
 
 impl Default for TestingBackend {
@@ -34,7 +37,50 @@ impl TestingBackend {
             issued: Mutex::new(VecDeque::with_capacity(64)),
             log: Mutex::new(Vec::with_capacity(64)),
             auto_complete,
+            turns: None,
         }
+    }
+
+    /// As [`new`](Self::new), and takes every issuer turn the queue hands
+    /// off ([`Backend::hand_off_turn`]) until [`run_turns`](Self::run_turns)
+    /// or [`take_turns`](Self::take_turns). A turn holds its queue: one
+    /// left here when the queue's handle goes keeps the queue alive (the
+    /// backend is part of it), so a test runs or takes every turn.
+    pub fn handing_off(auto_complete: bool) -> TestingBackend {
+        TestingBackend {
+            turns: Some(Mutex::new(Vec::new())),
+            ..Self::new(auto_complete)
+        }
+    }
+
+    /// Issuer turns handed off and not run yet.
+    pub fn turns_waiting(&self) -> usize {
+        self.turns
+            .as_ref()
+            .map_or(0, |t| t.lock().unwrap_or_else(|p| p.into_inner()).len())
+    }
+
+    /// Takes the issuer turns handed off so far, not run (each runs when
+    /// run or dropped).
+    pub fn take_turns(&self) -> Vec<IssueTurn<TestingBackend>> {
+        self.turns.as_ref().map_or_else(Vec::new, |t| {
+            std::mem::take(&mut *t.lock().unwrap_or_else(|p| p.into_inner()))
+        })
+    }
+
+    /// Runs every issuer turn handed off (including any handed off
+    /// meanwhile); returns how many.
+    pub fn run_turns(&self) -> usize {
+        let mut n = 0;
+        while let Some(turn) = self
+            .turns
+            .as_ref()
+            .and_then(|t| t.lock().unwrap_or_else(|p| p.into_inner()).pop())
+        {
+            turn.run();
+            n += 1;
+        }
+        n
     }
 
     /// Ids of every action issued so far, in issue order.
@@ -100,6 +146,16 @@ impl Backend for TestingBackend {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push_back(work);
+        }
+    }
+
+    fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
+        match &self.turns {
+            Some(turns) => {
+                turns.lock().unwrap_or_else(|p| p.into_inner()).push(turn);
+                Ok(())
+            }
+            None => Err(turn),
         }
     }
 }
