@@ -214,8 +214,8 @@ fn a_one_command_execute_reports_as_its_task_would() {
 /// finding requests (the other thread's submissions, the workers'
 /// wake-ups) hands the turn to a worker instead of serving them on
 /// (`Backend::hand_off_turn`), and nothing is lost: every execute runs
-/// once, in order per thread. Mutation checked: `CpuBackend` declining
-/// every turn (the default) leaves `issuer_hand_offs` at 0.
+/// once, in order per thread. Mutation checked: `CpuBackend::wants_turn`
+/// answering `false` (the default) leaves `issuer_hand_offs` at 0.
 #[test]
 fn submitters_hand_the_issuer_turn_to_a_worker_and_lose_nothing() {
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -421,6 +421,9 @@ impl Backend for Lockstep {
         }
         work.complete(Ok(()));
     }
+    fn wants_turn(&self) -> bool {
+        true
+    }
     fn hand_off_turn(
         &self,
         turn: fenceline::queue::IssueTurn<Self>,

@@ -379,14 +379,16 @@ impl Backend for CpuBackend {
         }
     }
 
-    /// Off the workers (a submitting or signalling user thread that has
-    /// served its own action and a pass of others' requests), the turn
-    /// goes to a worker as one task: the caller returns, and the worker
-    /// drains on. A worker keeps the turn (it is where issuing belongs).
+    /// Off the workers: a submitting or signalling user thread that has
+    /// served its own action and a pass of others' requests gives the turn
+    /// to a worker. A worker keeps it (issuing is its job).
+    fn wants_turn(&self) -> bool {
+        self.exec.worker_index().is_none()
+    }
+
+    /// The turn goes to a worker as one task: the caller returns, and the
+    /// worker drains on.
     fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
-        if self.exec.worker_index().is_some() {
-            return Err(turn);
-        }
         // The task's injection (a release the worker's take acquires)
         // orders this thread's passes before the worker's. With no task
         // block the closure, and the turn in it, is dropped, which drains

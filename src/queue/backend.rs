@@ -36,18 +36,28 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// [`PendingQueue::issue`](super::PendingQueue::issue) soon.
     fn wake_issuer(&self) {}
 
-    /// Takes over the queue's issuer turn from the thread that holds it.
+    /// Whether the calling thread, holding the queue's issuer turn, should
+    /// hand it to this backend ([`hand_off_turn`](Backend::hand_off_turn))
+    /// rather than keep serving requests. `false`, the default: the turn
+    /// is never offered.
     ///
     /// The thread that takes the turn (a submitter, or a signaller whose
     /// signal woke an action) handles its own action, then serves the
     /// requests other threads made meanwhile. After
     /// [`ISSUE_PASSES_BEFORE_HAND_OFF`](super::ISSUE_PASSES_BEFORE_HAND_OFF)
-    /// such passes, if requests keep coming, the queue offers the turn
-    /// here, so that the caller's `submit` (or `signal`) returns in bounded
-    /// time under a steady stream from other threads. Arrange for
-    /// [`IssueTurn::run`] to be called on a thread that may issue (a
-    /// worker) and return `Ok`; or return the turn (`Err`, the default) and
-    /// the calling thread keeps serving. Asked at most once per drain.
+    /// such passes, if requests keep coming, the queue asks this (once
+    /// per drain), so that a `submit` or `signal` can return in bounded
+    /// time under a steady stream from other threads.
+    fn wants_turn(&self) -> bool {
+        false
+    }
+
+    /// Takes over the queue's issuer turn, after
+    /// [`wants_turn`](Backend::wants_turn) said so on this thread: arrange
+    /// for [`IssueTurn::run`] to be called on a thread that may issue (a
+    /// worker), ordered after this call (a task queue, a mutex), and
+    /// return `Ok`; or return the turn (`Err`, the default), and the
+    /// calling thread keeps serving.
     fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
         Err(turn)
     }

@@ -21,9 +21,10 @@
 //!   again: nothing is stranded, and only one thread ever runs a pass.
 //!   After its own action and `ISSUE_PASSES_BEFORE_HAND_OFF` passes of
 //!   others' requests, the issuer offers the turn to its backend
-//!   (`Backend::hand_off_turn`: a CPU device hands it to a worker), so a
-//!   submitter or signaller returns in bounded time; the turn moves whole
-//!   (the counter is not swung back) and the new holder drains on.
+//!   (`Backend::wants_turn`, `hand_off_turn`: a CPU device hands it to a
+//!   worker), so a submitter or signaller returns in bounded time; the
+//!   turn moves whole (the counter is not swung back) and the new holder
+//!   drains on.
 //! - **A pass looks only at new and woken actions** (`QueueState::pass`): new
 //!   ones come from the submit stack in submission order; a pending action
 //!   arms *one* queue-wake timepoint, on its first unsatisfied wait, and is

@@ -759,8 +759,9 @@ impl<B: Backend> QueueState<B> {
 
     /// `drain`; `may_hand_off`: after its own action and
     /// [`ISSUE_PASSES_BEFORE_HAND_OFF`] passes with requests still coming,
-    /// the turn is offered to the backend (once), and if it takes it this
-    /// returns without giving the turn back: the backend's thread drains on.
+    /// the turn is offered to the backend (once, if it wants it here), and
+    /// if it takes it this returns without giving the turn back: the
+    /// backend's thread drains on.
     fn drain_turn(&self, mut seen: usize, mut first: Option<First<B>>, mut may_hand_off: bool) {
         let _pass = PassDepth::enter(self.this.as_ptr().cast_const().cast());
         let mut panicked = FirstPanic::default();
@@ -807,6 +808,9 @@ impl<B: Backend> QueueState<B> {
             }
             if may_hand_off && passes >= ISSUE_PASSES_BEFORE_HAND_OFF {
                 may_hand_off = false;
+                if !self.backend.wants_turn() {
+                    continue;
+                }
                 // The token's reference: the caller's may go as soon as we
                 // return, and the new holder drains after that.
                 self.refs.fetch_add(1, Ordering::Relaxed);

@@ -149,6 +149,10 @@ impl Backend for TestingBackend {
         }
     }
 
+    fn wants_turn(&self) -> bool {
+        self.turns.is_some()
+    }
+
     fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
         match &self.turns {
             Some(turns) => {
