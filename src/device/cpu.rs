@@ -6,7 +6,7 @@ use super::Work;
 use crate::device::recording::{Command, RunTiles};
 use crate::error::Error;
 use crate::list::{SList, TransferStack};
-use crate::pool::BlockCache;
+use crate::pool::{BlockCache, BlockPool};
 use crate::queue::{Backend, Completion, IssueTurn};
 use crate::sync::{Arc, UnsafeCell};
 use crate::task::{submit_finally, ExecutorState, Graph, Scope, ScopeLink, TaskId, TaskPool};
@@ -50,10 +50,9 @@ pub(crate) struct CpuBackend {
     /// for one queue (its issuer is exclusive).
     spare_scopes: UnsafeCell<SList<ScopeLink>>,
     /// Task blocks for the graphs `issue` builds off the executor's
-    /// workers (a submitting thread's direct issue) and for a turn handed
-    /// to a worker (`hand_off_turn`): touched only by those two, which the
-    /// queue's issuer alone calls, like `spare_scopes`. On a worker,
-    /// `issue` takes the worker's cache instead.
+    /// workers (a submitting thread's direct issue): touched only by
+    /// `issue`, like `spare_scopes`. On a worker, `issue` takes the
+    /// worker's cache instead.
     issue_blocks: std::cell::UnsafeCell<BlockCache<TaskPool>>,
     /// The scope host calls run in (their errors go to their signals).
     host_scope: Scope,
@@ -65,9 +64,9 @@ pub(crate) struct CpuBackend {
 }
 
 // SAFETY: `spare_scopes` and `issue_blocks` are the only fields that are
-// not `Sync`; they are touched only by `issue` and `hand_off_turn`, which
-// only the queue's issuer calls, one thread at a time (its turn is
-// exclusive: the drain protocol), and by `Drop` (exclusive).
+// not `Sync`; they are touched only by `issue`, which only the queue's
+// issuer calls, one thread at a time (its turn is exclusive: the drain
+// protocol), and by `Drop` (exclusive).
 unsafe impl Sync for CpuBackend {}
 
 impl Drop for CpuBackend {
@@ -390,16 +389,22 @@ impl Backend for CpuBackend {
     /// worker drains on.
     fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
         // The task's injection (a release the worker's take acquires)
-        // orders this thread's passes before the worker's. With no task
-        // block the closure, and the turn in it, is dropped, which drains
-        // on here: the turn is never lost.
-        // SAFETY: the cache as `task_cache` says (the hand-off is made by
-        // the issuer, like `issue`); `lone_scope` lives in the backend,
-        // which outlives the turn (the turn holds the queue's state).
+        // orders this thread's passes before the worker's. Its block comes
+        // straight from the executor's pool, not from `task_cache`: with
+        // no block the closure, and the turn in it, is dropped inside the
+        // acquire's call, which drains on here (the turn is never lost),
+        // and that drain's issues use `task_cache` themselves.
+        let mut pool: &BlockPool = &self.exec.pool;
+        // SAFETY: `pool` is the executor's, borrowed here alone;
+        // `lone_scope` lives in the backend, which outlives the turn (the
+        // turn holds the queue's state).
         let _ = unsafe {
-            submit_finally(&self.exec, &self.lone_scope, self.task_cache(), move |_| {
-                turn.run()
-            })
+            submit_finally(
+                &self.exec,
+                &self.lone_scope,
+                std::ptr::NonNull::from(&mut pool),
+                move |_| turn.run(),
+            )
         };
         Ok(())
     }

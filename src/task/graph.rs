@@ -565,18 +565,19 @@ impl<'e> Graph<'e> {
 /// `f` is dropped uncalled and the error returned.
 ///
 /// # Safety
-/// As for [`Graph::with_cache`]: `cache` is a cache of `exec`'s pool, used
-/// only on this thread and not borrowed elsewhere during the call;
-/// `scope` (a handle the caller keeps, or one `f` owns) stays alive while
-/// the task may read it.
-pub(crate) unsafe fn submit_finally<F>(
+/// As for [`Graph::with_cache`]: `cache` gives blocks of `exec`'s pool (a
+/// cache of it, or the pool itself), used only on this thread and not
+/// borrowed elsewhere during the call; `scope` (a handle the caller keeps,
+/// or one `f` owns) stays alive while the task may read it.
+pub(crate) unsafe fn submit_finally<F, C>(
     exec: &ExecutorState,
     scope: &Scope,
-    cache: NonNull<BlockCache<TaskPool>>,
+    cache: NonNull<C>,
     f: F,
 ) -> Result<(), Error>
 where
     F: FnOnce(Result<(), Error>) + Send + 'static,
+    C: BlockSource + ?Sized,
 {
     // SAFETY: per contract, the cache is ours for this one acquire.
     let cache = unsafe { &mut *cache.as_ptr() };
