@@ -89,6 +89,32 @@ fn device() -> Device {
     .unwrap()
 }
 
+/// Until the only worker sleeps, after the frame's work is in (its
+/// signal reached): it counts a park after its last RMW before sleeping,
+/// and a wake-up first thing when woken, so parks one more than wake-ups,
+/// read in that order, means asleep with its tail of the frame (the
+/// completion's signal, the action's and tasks' blocks going back, the
+/// references given up) done. Without it a frame that starts while the
+/// worker still gives blocks back to the pools the caller refills from, or
+/// requests a pass of the queue the caller issues on, sometimes counts a
+/// retried compare-exchange or a pass more (CI saw 12 for a ready execute
+/// once). Mutation checked: without it after the readying signal, 18 of
+/// 300 runs of this test binary failed, a waiting execute counting 14
+/// (0 of 300 with it; 7 of 300 before it, when the ready frames slept and
+/// polled instead).
+fn worker_asleep(device: &Device) {
+    let t = std::time::Instant::now();
+    loop {
+        let parks = device.stats().worker_parks;
+        let wakeups = device.stats().worker_wakeups;
+        if parks == wakeups + 1 {
+            return;
+        }
+        assert!(t.elapsed() < T, "the worker never went to sleep");
+        std::thread::yield_now();
+    }
+}
+
 /// Frames run by [`rig`] to warm the pools.
 const WARM: u64 = 64;
 
@@ -105,13 +131,14 @@ fn rig() -> (Device, Queue, CommandBuffer, Semaphore) {
         queue.execute(&[], &[(&s, n)], &[&cb]).unwrap();
         s.wait(n, T).unwrap();
     }
+    worker_asleep(&device);
     (device, queue, cb, s)
 }
 
 #[test]
 fn rmws_per_submission_path() {
     let _alone = alone();
-    let (_device, queue, cb, s) = rig();
+    let (device, queue, cb, s) = rig();
     let gate = Semaphore::new(0);
     let mut n = WARM;
 
@@ -127,13 +154,13 @@ fn rmws_per_submission_path() {
         ready.frame(
             || queue.execute(&[], &[(&s, n)], &[&cb]).unwrap(),
             || {
-                // Until the signal is in (a load a poll), so the host wait
-                // below finds it reached: a fixed sleep was sometimes too
-                // short on a busy machine (the wait then blocked, 13 RMWs).
-                std::thread::sleep(Duration::from_micros(200));
+                // The signal in (a load a poll), so the host wait below
+                // finds it reached (else it blocks, 13 RMWs); then the
+                // worker's tail done.
                 while s.query().unwrap() < n {
                     std::thread::yield_now();
                 }
+                worker_asleep(&device);
             },
         );
         wait.frame(|| s.wait(n, T).unwrap(), || {});
@@ -151,7 +178,13 @@ fn rmws_per_submission_path() {
             || queue.execute(&[(&gate, g)], &[(&s, n)], &[&cb]).unwrap(),
             || {},
         );
-        signal.frame(|| gate.signal(g).unwrap(), || s.wait(n, T).unwrap());
+        signal.frame(
+            || gate.signal(g).unwrap(),
+            || {
+                s.wait(n, T).unwrap();
+                worker_asleep(&device);
+            },
+        );
     }
     // 5. A signal with nobody waiting, and a query.
     let mut bare = Path::new("signal, no waiter");
