@@ -267,6 +267,64 @@ fn submitters_hand_the_issuer_turn_to_a_worker_and_lose_nothing() {
     );
 }
 
+/// The only worker blocked in user code until its release, while two
+/// threads stream barriers (each completes inside its issue) into a queue:
+/// every barrier is issued without the worker. A thread serving the turn
+/// keeps it while every worker runs a task (`has_idle_worker`): handed to
+/// a worker that is blocked, the turn, and with it every barrier submitted
+/// meanwhile, would wait for the release, and a worker waiting for such a
+/// barrier would wait for good. Mutations checked, each failing this (the
+/// barriers stop short of `N` until the release): `wants_turn` without
+/// the idle-worker condition; a worker's `running` flag never set.
+#[test]
+fn a_turn_is_not_handed_to_a_worker_blocked_in_user_code() {
+    const N: u64 = 5_000;
+    let d = fenceline::Device::cpu_with(fenceline::CpuConfig {
+        workers: 1,
+        queues: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let q = d.queue(0).unwrap();
+    let (started, release, done) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+    let mut cb = d.command_buffer().unwrap();
+    let (s, r) = (started.clone(), release.clone());
+    cb.dispatch([1, 1, 1], move |_: &Tile| {
+        s.signal(1).unwrap();
+        r.wait(1, LONG).unwrap();
+        Ok(())
+    })
+    .unwrap();
+    cb.end().unwrap();
+    q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    started.wait(1, LONG).unwrap();
+    let sems = [Semaphore::new(0), Semaphore::new(0)];
+    std::thread::scope(|sc| {
+        for s in &sems {
+            let q = &q;
+            sc.spawn(move || {
+                for i in 1..=N {
+                    q.barrier(&[], &[(s, i)]).unwrap();
+                }
+            });
+        }
+    });
+    // Short of the worker's wait: the release below comes either way.
+    let issued = sems
+        .iter()
+        .all(|s| s.wait(N, std::time::Duration::from_secs(3)).is_ok());
+    let reached = [sems[0].query(), sems[1].query()];
+    release.signal(1).unwrap();
+    done.wait(1, LONG).unwrap();
+    assert!(
+        issued,
+        "barriers issued while the worker was blocked: {reached:?} of {N} each"
+    );
+    for s in &sems {
+        s.wait(N, LONG).unwrap();
+    }
+}
+
 /// A device dropped just after two threads streamed executes into one of
 /// its queues, while a turn handed to a worker may still be queued or
 /// draining: the drop waits for that drain (the turn holds the queue), and

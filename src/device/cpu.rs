@@ -381,8 +381,14 @@ impl Backend for CpuBackend {
     /// Off the workers: a submitting or signalling user thread that has
     /// served its own action and a pass of others' requests gives the turn
     /// to a worker. A worker keeps it (issuing is its job).
+    ///
+    /// Only while some worker is not running tasks: with every worker in
+    /// a task, the turn would wait for one of them to finish, and if they
+    /// all block in user code until an action in the turn signals (a
+    /// barrier another thread submitted meanwhile), for good. The caller
+    /// then drains on, as it did before turns were handed off.
     fn wants_turn(&self) -> bool {
-        self.exec.worker_index().is_none()
+        self.exec.worker_index().is_none() && self.exec.has_idle_worker()
     }
 
     /// The turn goes to a worker as one task: the caller returns, and the

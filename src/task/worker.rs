@@ -79,6 +79,12 @@ pub(crate) struct WorkerCounters {
     pub(crate) wakeups: AtomicU64,
     /// Tasks it took from another worker's deque (a batch counts once).
     pub(crate) steals: AtomicU64,
+    /// Inside [`Worker::execute`]: running tasks (user code that may
+    /// block), not looking for work or parked. Read by
+    /// [`ExecutorState::has_idle_worker`]. A hint that orders nothing
+    /// (any value it reads is correct, if less apt), so a std atomic
+    /// under loom too: the models need not explore its interleavings.
+    running: std::sync::atomic::AtomicBool,
 }
 
 impl WorkerCounters {
@@ -439,6 +445,18 @@ impl ExecutorState {
         local.hopped.set(true);
         self.inject_list(ready);
         Ok(())
+    }
+
+    /// Some worker is not running tasks now (it looks for work, spins or
+    /// is parked), so a task submitted now does not wait for tasks that
+    /// may block. Relaxed loads, a hint: that worker may take another task
+    /// submitted meanwhile first.
+    pub(crate) fn has_idle_worker(&self) -> bool {
+        self.slots.iter().any(|s| {
+            !s.counters
+                .running
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
     }
 
     /// `task`, a ready task not counted in `live`, alone: runs next on
@@ -935,7 +953,21 @@ impl Worker {
     }
 
     /// Runs `task`, then whatever it makes ready next, on this worker.
-    pub(crate) fn execute(&mut self, mut task: NonNull<Task>) {
+    pub(crate) fn execute(&mut self, task: NonNull<Task>) {
+        // Stores, not RMWs: the flag is this worker's alone.
+        let running = &self.shared.slots[self.index].counters.running;
+        running.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.run_tasks(task);
+        // (A panic past the payloads' guards leaves it set: busy, the
+        // cautious answer.)
+        self.shared.slots[self.index]
+            .counters
+            .running
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Runs `task`, then the tasks it makes ready here, until none.
+    fn run_tasks(&mut self, mut task: NonNull<Task>) {
         loop {
             // SAFETY: a ready task is owned by the worker running it.
             let t = unsafe { task.as_ref() };
