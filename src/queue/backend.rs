@@ -48,6 +48,11 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// such passes, if requests keep coming, the queue asks this (once
     /// per drain), so that a `submit` or `signal` can return in bounded
     /// time under a steady stream from other threads.
+    ///
+    /// Every request in a handed-off turn waits until its
+    /// [`IssueTurn::run`]: answer `true` only when that runs soon, not
+    /// behind work that may itself wait for one of those actions (the CPU
+    /// device answers `true` only while one of its workers runs no task).
     fn wants_turn(&self) -> bool {
         false
     }
