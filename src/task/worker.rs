@@ -69,8 +69,8 @@ pub(crate) struct Slot {
     pub(crate) counters: CachePadded<WorkerCounters>,
 }
 
-/// A worker's event counts, written only by that worker (a load and a
-/// store, no read-modify-write), read by anyone.
+/// A worker's event counts and its `running` flag, written only by that
+/// worker (loads and stores, no read-modify-write), read by anyone.
 #[derive(Default)]
 pub(crate) struct WorkerCounters {
     /// Times it parked.
@@ -954,16 +954,19 @@ impl Worker {
 
     /// Runs `task`, then whatever it makes ready next, on this worker.
     pub(crate) fn execute(&mut self, task: NonNull<Task>) {
-        // Stores, not RMWs: the flag is this worker's alone.
-        let running = &self.shared.slots[self.index].counters.running;
-        running.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.set_running(true);
         self.run_tasks(task);
         // (A panic past the payloads' guards leaves it set: busy, the
         // cautious answer.)
+        self.set_running(false);
+    }
+
+    /// This worker's `running` flag: a store, not an RMW (its alone).
+    fn set_running(&self, running: bool) {
         self.shared.slots[self.index]
             .counters
             .running
-            .store(false, std::sync::atomic::Ordering::Relaxed);
+            .store(running, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Runs `task`, then the tasks it makes ready here, until none.
