@@ -453,3 +453,62 @@ fn a_reused_scope_is_idle_only_after_its_second_submission_ran() {
         drop(exec);
     });
 }
+
+/// The turn of `an_offered_turn_runs_before_a_task_that_may_block_on_it`:
+/// signals the semaphore it points to.
+///
+/// # Safety
+/// `turn` points to a live `Semaphore`.
+unsafe fn signal_turn(turn: std::ptr::NonNull<()>) {
+    // SAFETY: the caller's contract.
+    unsafe { turn.cast::<Semaphore>().as_ref() }
+        .signal(1)
+        .unwrap();
+}
+
+// Catches: an issuer turn offered to the workers (`offer_turn`, the CPU
+// device's hand-off) while the only worker, seen idle, takes a task that
+// blocks until the turn's work is done: the turn waits in its slot behind
+// the blocked task for good, a deadlock. The protocol (Dekker's: the
+// offer stores its slot, fences, reads the workers' `running` flags; a
+// worker leaving idle stores its flag, fences, reads the slots) runs the
+// turn first or gives it back to the offering thread, which runs it
+// itself. Mutations checked: `Worker::execute` not looking at the slots
+// when it leaves idle: deadlock; either fence taken out (the offer's or
+// the worker's): deadlock.
+#[test]
+fn an_offered_turn_runs_before_a_task_that_may_block_on_it() {
+    big_model().check(|| {
+        let exec = Arc::new(
+            Executor::with_turn_slots(
+                ExecutorConfig {
+                    workers: 1,
+                    spin: false,
+                },
+                1,
+                signal_turn,
+            )
+            .unwrap(),
+        );
+        let scope = Scope::new();
+        let gate = Arc::new(Semaphore::new(0));
+        let mut g = exec.graph(&scope);
+        let g_gate = gate.clone();
+        g.call(move |_| g_gate.wait(1, Timeout::Never)).unwrap();
+        let offerer = {
+            let (exec, gate) = (exec.clone(), gate.clone());
+            thread::spawn(move || {
+                let turn = std::ptr::NonNull::from(&*gate).cast();
+                if let Err(back) = exec.offer_turn(0, turn) {
+                    // SAFETY: `gate`, alive here.
+                    unsafe { signal_turn(back) };
+                }
+            })
+        };
+        g.submit();
+        scope.wait_idle(Timeout::Never).unwrap();
+        offerer.join().unwrap();
+        assert_eq!(gate.query().unwrap(), 1, "the turn ran once");
+        drop(exec);
+    });
+}

@@ -6,7 +6,7 @@ use super::Work;
 use crate::device::recording::{Command, RunTiles};
 use crate::error::Error;
 use crate::list::{SList, TransferStack};
-use crate::pool::{BlockCache, BlockPool};
+use crate::pool::BlockCache;
 use crate::queue::{Backend, Completion, IssueTurn};
 use crate::sync::{Arc, UnsafeCell};
 use crate::task::{submit_finally, ExecutorState, Graph, Scope, ScopeLink, TaskId, TaskPool};
@@ -59,6 +59,8 @@ pub(crate) struct CpuBackend {
     /// The uncounted scope of one-task executes (`issue_alone`), which
     /// need none of their own.
     lone_scope: Scope,
+    /// This queue's slot among the executor's issuer-turn slots.
+    turn_slot: usize,
     /// Tells the device's drop when this queue's state is freed.
     _token: QueueToken,
 }
@@ -83,7 +85,9 @@ impl Drop for CpuBackend {
 }
 
 impl CpuBackend {
-    pub(crate) fn new(exec: Arc<ExecutorState>, token: QueueToken) -> CpuBackend {
+    /// Queue `turn_slot`'s backend (its slot among the executor's
+    /// issuer-turn slots, which run [`run_turn`]).
+    pub(crate) fn new(exec: Arc<ExecutorState>, turn_slot: usize, token: QueueToken) -> CpuBackend {
         CpuBackend {
             issue_blocks: std::cell::UnsafeCell::new(BlockCache::new(TaskPool(exec.clone()))),
             exec,
@@ -91,6 +95,7 @@ impl CpuBackend {
             spare_scopes: UnsafeCell::new(SList::new()),
             host_scope: Scope::new(),
             lone_scope: Scope::uncounted(),
+            turn_slot,
             _token: token,
         }
     }
@@ -331,6 +336,17 @@ unsafe fn run_alone(command: Recorded<Command>) -> Result<(), Error> {
     }
 }
 
+/// Runs a CPU queue's issuer turn taken from the executor's slots (the
+/// device's turn runner, `TurnRunner`).
+///
+/// # Safety
+/// `turn` is an [`IssueTurn<CpuBackend>`] made a pointer by
+/// `hand_off_turn`, offered and taken from its slot once.
+pub(crate) unsafe fn run_turn(turn: std::ptr::NonNull<()>) {
+    // SAFETY: the caller's contract: the pointer `into_raw` made, once.
+    unsafe { IssueTurn::<CpuBackend>::from_raw(turn.cast()) }.run();
+}
+
 /// A recorded dispatch's closure and its tile loop, as the executor runs
 /// it: one indirect call per claimed range of tiles, none per tile.
 struct RecordedTiles {
@@ -380,39 +396,26 @@ impl Backend for CpuBackend {
 
     /// Off the workers: a submitting or signalling user thread that has
     /// served its own action and a pass of others' requests gives the turn
-    /// to a worker. A worker keeps it (issuing is its job).
-    ///
-    /// Only while some worker is not running tasks: with every worker in
-    /// a task, the turn would wait for one of them to finish, and if they
-    /// all block in user code until an action in the turn signals (a
-    /// barrier another thread submitted meanwhile), for good. The caller
-    /// then drains on, as it did before turns were handed off.
+    /// to a worker. A worker keeps it (issuing is its job). Only while
+    /// some worker is idle: the offer ([`hand_off_turn`](Self::hand_off_turn))
+    /// checks again, exactly.
     fn wants_turn(&self) -> bool {
         self.exec.worker_index().is_none() && self.exec.has_idle_worker()
     }
 
-    /// The turn goes to a worker as one task: the caller returns, and the
-    /// worker drains on.
+    /// The turn goes to the workers through this queue's slot: an idle
+    /// worker runs it before any task, and the caller returns. If every
+    /// worker is busy by then, the turn comes back and the caller drains
+    /// on, as before turns were handed off: with every worker in a task,
+    /// the turn would wait for one of them to finish, and if they all
+    /// block in user code until an action in the turn signals (a barrier
+    /// another thread submitted meanwhile), for good.
+    /// [`ExecutorState::offer_turn`] has the protocol.
     fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
-        // The task's injection (a release the worker's take acquires)
-        // orders this thread's passes before the worker's. Its block comes
-        // straight from the executor's pool, not from `task_cache`: with
-        // no block the closure, and the turn in it, is dropped inside the
-        // acquire's call, which drains on here (the turn is never lost),
-        // and that drain's issues use `task_cache` themselves.
-        let mut pool: &BlockPool = &self.exec.pool;
-        // SAFETY: `pool` is the executor's, borrowed here alone;
-        // `lone_scope` lives in the backend, which outlives the turn (the
-        // turn holds the queue's state).
-        let _ = unsafe {
-            submit_finally(
-                &self.exec,
-                &self.lone_scope,
-                std::ptr::NonNull::from(&mut pool),
-                move |_| turn.run(),
-            )
-        };
-        Ok(())
+        self.exec
+            .offer_turn(self.turn_slot, turn.into_raw().cast())
+            // SAFETY: the pointer `into_raw` made just above, given back.
+            .map_err(|back| unsafe { IssueTurn::from_raw(back.cast()) })
     }
 
     /// One per worker of the device's executor, where completions run.

@@ -182,15 +182,20 @@ impl Device {
                 "CpuConfig::queues 0: need at least one queue",
             ));
         }
-        let executor = Executor::new(ExecutorConfig {
-            workers: config.workers,
-            spin: config.spin,
-        })?;
+        let executor = Executor::with_turns(
+            ExecutorConfig {
+                workers: config.workers,
+                spin: config.spin,
+            },
+            config.queues,
+            cpu::run_turn,
+        )?;
         let teardown = Teardown::new(config.queues);
         let queues = (0..config.queues)
-            .map(|_| {
+            .map(|index| {
                 PendingQueue::new(CpuBackend::new(
                     executor.state(),
+                    index,
                     Teardown::token(&teardown),
                 ))
             })

@@ -52,7 +52,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Every request in a handed-off turn waits until its
     /// [`IssueTurn::run`]: answer `true` only when that runs soon, not
     /// behind work that may itself wait for one of those actions (the CPU
-    /// device answers `true` only while one of its workers runs no task).
+    /// device answers `true` only while one of its workers is idle, and
+    /// its [`hand_off_turn`](Backend::hand_off_turn) gives the turn back
+    /// if by then none is).
     fn wants_turn(&self) -> bool {
         false
     }
@@ -60,9 +62,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Takes over the queue's issuer turn, after
     /// [`wants_turn`](Backend::wants_turn) said so on this thread: arrange
     /// for [`IssueTurn::run`] to be called on a thread that may issue (a
-    /// worker), ordered after this call (a task queue, a mutex), and
-    /// return `Ok`; or return the turn (`Err`, the default), and the
-    /// calling thread keeps serving.
+    /// worker), ordered after this call (a task queue, a mutex, a
+    /// release store), and return `Ok`; or return the turn (`Err`, the
+    /// default), and the calling thread keeps serving.
     fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
         Err(turn)
     }
@@ -130,12 +132,20 @@ impl<B: Backend> IssueTurn<B> {
         unsafe { QueueState::resume_turn(shared) };
     }
 
-    /// Gives the turn back to its holder without running it (the backend
-    /// declined it).
+    /// The token as a pointer, its turn and reference kept (the backend
+    /// declined it, or parks it to run later: [`from_raw`](Self::from_raw)).
     pub(crate) fn into_raw(self) -> NonNull<QueueState<B>> {
         let shared = self.shared;
         std::mem::forget(self);
         shared
+    }
+
+    /// The token again.
+    ///
+    /// # Safety
+    /// `shared` came from [`into_raw`](Self::into_raw), once.
+    pub(crate) unsafe fn from_raw(shared: NonNull<QueueState<B>>) -> IssueTurn<B> {
+        IssueTurn { shared }
     }
 }
 

@@ -6,7 +6,7 @@ use super::deque::Worker as Deque;
 
 use super::graph::Graph;
 use super::scope::Scope;
-use super::worker::{ExecutorState, Worker};
+use super::worker::{ExecutorState, TurnRunner, Worker};
 use crate::error::{Error, ErrorKind};
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{liveness, started, Arc};
@@ -79,13 +79,38 @@ impl Executor {
     /// # Ok::<(), fenceline::Error>(())
     /// ```
     pub fn new(config: ExecutorConfig) -> Result<Executor, Error> {
+        Self::start(config, 0, None)
+    }
+
+    /// An executor whose workers also run issuer turns offered through
+    /// `turns` slots ([`ExecutorState::offer_turn`]) with `run_turn`: a
+    /// CPU device's, one slot per queue.
+    pub(crate) fn with_turns(
+        config: ExecutorConfig,
+        turns: usize,
+        run_turn: TurnRunner,
+    ) -> Result<Executor, Error> {
+        Self::start(config, turns, Some(run_turn))
+    }
+
+    fn start(
+        config: ExecutorConfig,
+        turns: usize,
+        run_turn: Option<TurnRunner>,
+    ) -> Result<Executor, Error> {
         let workers = match config.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
         let deques: Vec<Deque<_>> = (0..workers).map(|_| Deque::new_lifo()).collect();
         let stealers = deques.iter().map(|d| d.stealer()).collect();
-        let shared = Arc::new(ExecutorState::new(workers, config.spin, stealers)?);
+        let shared = Arc::new(ExecutorState::new(
+            workers,
+            config.spin,
+            stealers,
+            turns,
+            run_turn,
+        )?);
         liveness::born(Arc::as_ptr(&shared));
         let mut exec = Executor {
             shared: shared.clone(),
@@ -137,6 +162,35 @@ impl Executor {
     /// workers running (that is the `Executor`'s job).
     pub(crate) fn state(&self) -> Arc<ExecutorState> {
         self.shared.clone()
+    }
+}
+
+/// The issuer-turn slots alone, for the models of their protocol
+/// (`loom-tests`): a device's queues use them through its backend.
+#[cfg(feature = "testing")]
+impl Executor {
+    /// [`Executor::new`], with `turns` issuer-turn slots whose turns
+    /// `run_turn` runs.
+    ///
+    /// # Errors
+    /// As [`Executor::new`].
+    pub fn with_turn_slots(
+        config: ExecutorConfig,
+        turns: usize,
+        run_turn: unsafe fn(std::ptr::NonNull<()>),
+    ) -> Result<Executor, Error> {
+        Self::with_turns(config, turns, run_turn)
+    }
+
+    /// Offers a turn through slot `slot` (empty; not from a worker):
+    /// `Ok` if a worker will run it, `Err(turn)` if every worker is busy
+    /// and the caller keeps it.
+    pub fn offer_turn(
+        &self,
+        slot: usize,
+        turn: std::ptr::NonNull<()>,
+    ) -> Result<(), std::ptr::NonNull<()>> {
+        self.shared.offer_turn(slot, turn)
     }
 }
 

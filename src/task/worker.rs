@@ -34,7 +34,7 @@ use super::task::{ForkLink, Outcome, QueueLink, Task, TaskPtr, FLAG_CANCELLED, F
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, SList, TransferStack};
 use crate::pool::{BlockCache, BlockPool, BlockSource, RawBlock};
-use crate::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::thread::Thread;
 use crate::sync::{liveness, Arc, Mutex, MutexGuard, UnsafeCell};
 use crate::unwind::{panic_error, FirstPanic};
@@ -79,12 +79,12 @@ pub(crate) struct WorkerCounters {
     pub(crate) wakeups: AtomicU64,
     /// Tasks it took from another worker's deque (a batch counts once).
     pub(crate) steals: AtomicU64,
-    /// Inside [`Worker::execute`]: running tasks (user code that may
-    /// block), not looking for work or parked. Read by
-    /// [`ExecutorState::has_idle_worker`]. A hint that orders nothing
-    /// (any value it reads is correct, if less apt), so a std atomic
-    /// under loom too: the models need not explore its interleavings.
-    running: std::sync::atomic::AtomicBool,
+    /// Busy: set when the worker starts a task after being idle, cleared
+    /// when it next finds no task (enters `Worker::idle`). While it is
+    /// clear, the worker looks at the executor's turn slots before it runs
+    /// any task (user code that may block): see
+    /// [`ExecutorState::offer_turn`], the protocol it is half of.
+    running: AtomicBool,
 }
 
 impl WorkerCounters {
@@ -156,7 +156,22 @@ pub(crate) struct ExecutorState {
     pub(crate) suspended_waits: AtomicUsize,
     #[cfg_attr(fenceline_loom, allow(dead_code))]
     pub(crate) spin: bool,
+    /// Issuer turns offered to the workers ([`offer_turn`](Self::offer_turn)):
+    /// one slot per queue of a CPU device, none for a bare executor.
+    /// (Each on its own line: a worker reads them when it leaves idle and
+    /// when it runs out of local work, an offer writes one.)
+    turns: Box<[CachePadded<AtomicPtr<()>>]>,
+    /// Runs a turn taken from `turns` (given with them).
+    run_turn: Option<TurnRunner>,
 }
+
+/// Runs an issuer turn offered through [`ExecutorState::offer_turn`]
+/// (type-erased: the executor does not know the queue's backend).
+///
+/// # Safety
+/// The argument is a turn offered through `offer_turn` and taken from its
+/// slot by the caller, run once.
+pub(crate) type TurnRunner = unsafe fn(NonNull<()>);
 
 // SAFETY: the raw task pointers inside (injector, waits) are owned by the
 // structures holding them and only moved between threads with ownership.
@@ -169,6 +184,8 @@ impl ExecutorState {
         workers: usize,
         spin: bool,
         stealers: Box<[Stealer<TaskPtr>]>,
+        turns: usize,
+        run_turn: Option<TurnRunner>,
     ) -> Result<ExecutorState, Error> {
         Ok(ExecutorState {
             pool: BlockPool::with_config(crate::pool::BlockPoolConfig {
@@ -186,6 +203,10 @@ impl ExecutorState {
             waits: Mutex::new(DList::new()),
             suspended_waits: AtomicUsize::new(0),
             spin,
+            turns: (0..turns)
+                .map(|_| CachePadded::new(AtomicPtr::new(std::ptr::null_mut())))
+                .collect(),
+            run_turn,
         })
     }
 
@@ -447,16 +468,51 @@ impl ExecutorState {
         Ok(())
     }
 
-    /// Some worker is not running tasks now (it looks for work, spins or
-    /// is parked), so a task submitted now does not wait for tasks that
-    /// may block. Relaxed loads, a hint: that worker may take another task
-    /// submitted meanwhile first.
+    /// Some worker is idle now (it found no task: it looks for work,
+    /// spins or is parked). Relaxed loads: a hint, unless ordered by a
+    /// fence (as in [`offer_turn`](Self::offer_turn)).
     pub(crate) fn has_idle_worker(&self) -> bool {
-        self.slots.iter().any(|s| {
-            !s.counters
-                .running
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
+        self.slots
+            .iter()
+            .any(|s| !s.counters.running.load(Ordering::Relaxed))
+    }
+
+    /// Offers `turn`, a queue's issuer turn (run by this executor's
+    /// [`TurnRunner`]), to the workers through its queue's slot `slot`,
+    /// from a thread that is not a worker. `Ok`: a worker that is not
+    /// inside a task will run it before it runs any task (none of them
+    /// can be blocked in user code meanwhile). `Err(turn)`: every worker
+    /// is busy (maybe blocked until an action in this very turn is
+    /// issued): the caller keeps the turn and drains on.
+    ///
+    /// The protocol is Dekker's: this thread stores the slot, fences and
+    /// reads the workers' `running` flags; a worker leaving idle stores
+    /// its flag, fences and reads the slots (`Worker::execute`). With both
+    /// fences sequentially consistent one of the two sees the other: if
+    /// this reads a worker's flag clear, that worker sees the turn before
+    /// its next task (or, idle, after the wake-up this sends); if every
+    /// flag reads set, the turn is taken back unless a worker took it
+    /// first. (A worker is busy from the task it takes after idling until
+    /// it next finds none: between tasks too, so a flag set once per busy
+    /// stretch and one fence per stretch do, not per task.)
+    ///
+    /// The slot must be empty: a queue has one turn.
+    pub(crate) fn offer_turn(&self, slot: usize, turn: NonNull<()>) -> Result<(), NonNull<()>> {
+        let cell = &self.turns[slot];
+        debug_assert!(cell.load(Ordering::Relaxed).is_null(), "one turn a queue");
+        // Release: the old holder's passes happen before the taker's.
+        cell.store(turn.as_ptr(), Ordering::Release);
+        fence(Ordering::SeqCst);
+        if self.has_idle_worker() {
+            // Wakes a parked worker, or stops one from parking past it.
+            self.notify();
+            return Ok(());
+        }
+        match NonNull::new(cell.swap(std::ptr::null_mut(), Ordering::Acquire)) {
+            Some(back) => Err(back),
+            // A worker took it meanwhile: it runs it.
+            None => Ok(()),
+        }
     }
 
     /// `task`, a ready task not counted in `live`, alone: runs next on
@@ -508,6 +564,9 @@ pub(crate) struct Worker {
     /// before it looks beyond its own deque (steal, injector, park), so
     /// the join is never delayed by anything but its own predecessors.
     held_join: Option<(NonNull<Task>, u32)>,
+    /// This worker's `running` flag as it last stored it (see
+    /// [`WorkerCounters`]).
+    busy: bool,
     /// The executor this worker runs for.
     pub(crate) shared: Arc<ExecutorState>,
 }
@@ -561,6 +620,7 @@ impl Worker {
             retired_scope: None,
             retired_live: 0,
             held_join: None,
+            busy: false,
         }
     }
 
@@ -666,6 +726,14 @@ impl Worker {
         self.publish();
         if let Some(t) = self.local().pop() {
             return Some(t.0);
+        }
+        // Issuer turns offered to the workers: drained here, the tasks
+        // they issue land on our deque.
+        if self.run_turns_in_find() {
+            if let Some(t) = self.local().pop() {
+                self.unannounced |= !self.local().is_empty();
+                return Some(t.0);
+            }
         }
         // Oldest chunk first (the reversal walks chunks, not tasks).
         let mut chunks = self.shared.injector.take_all();
@@ -804,6 +872,10 @@ impl Worker {
     /// No work found: spin a little, then park. `false`: time to exit.
     fn idle(&mut self) -> bool {
         self.flush();
+        if self.busy {
+            self.busy = false;
+            self.set_running(false);
+        }
         // SAFETY: `self.shared` is never reassigned, and the `Arc` keeps
         // the state alive for as long as this worker (a borrow through a
         // pointer, not a clone: two read-modify-writes per idle cycle).
@@ -954,11 +1026,16 @@ impl Worker {
 
     /// Runs `task`, then whatever it makes ready next, on this worker.
     pub(crate) fn execute(&mut self, task: NonNull<Task>) {
-        self.set_running(true);
+        if !self.busy {
+            // Leaving idle: the worker's half of `offer_turn`'s protocol.
+            // A turn offered while this worker read as idle runs before
+            // `task`, which may block.
+            self.busy = true;
+            self.set_running(true);
+            fence(Ordering::SeqCst);
+            self.run_turns();
+        }
         self.run_tasks(task);
-        // (A panic past the payloads' guards leaves it set: busy, the
-        // cautious answer.)
-        self.set_running(false);
     }
 
     /// This worker's `running` flag: a store, not an RMW (its alone).
@@ -966,7 +1043,63 @@ impl Worker {
         self.shared.slots[self.index]
             .counters
             .running
-            .store(running, std::sync::atomic::Ordering::Relaxed);
+            .store(running, Ordering::Relaxed);
+    }
+
+    /// [`run_turns`](Self::run_turns) from [`find`](Self::find), where a
+    /// worker out of local work looks for more (before the injector, as
+    /// a turn handed off as a task was found). The flag reads busy
+    /// meanwhile, so a turn offered while this one drains (with the other
+    /// workers busy too) is taken back by its offerer, who drains it at
+    /// once, rather than queued behind this drain; an idle worker's flag
+    /// is cleared again after (a drain
+    /// runs no task, and the flag was clear since this worker last ran
+    /// one: it still looks at the slots before its next task).
+    fn run_turns_in_find(&self) -> bool {
+        if self
+            .shared
+            .turns
+            .iter()
+            .all(|c| c.load(Ordering::Relaxed).is_null())
+        {
+            return false;
+        }
+        if !self.busy {
+            self.set_running(true);
+        }
+        let any = self.run_turns();
+        if !self.busy {
+            self.set_running(false);
+        }
+        any
+    }
+
+    /// Runs the issuer turns offered in the executor's slots
+    /// ([`ExecutorState::offer_turn`]); `true` if there were any.
+    fn run_turns(&self) -> bool {
+        let Some(run) = self.shared.run_turn else {
+            return false;
+        };
+        let mut any = false;
+        for cell in self.shared.turns.iter() {
+            // A load first: the slots' line stays shared while empty.
+            if cell.load(Ordering::Relaxed).is_null() {
+                continue;
+            }
+            // Acquire: pairs with the offer's release store.
+            if let Some(turn) = NonNull::new(cell.swap(std::ptr::null_mut(), Ordering::Acquire)) {
+                any = true;
+                // A turn issues work and runs no task; a panic out of it
+                // (a backend's) must not end the worker: the queue's drain
+                // gave the turn back before rethrowing it.
+                // SAFETY: offered through `offer_turn` (the runner's
+                // contract) and taken from its slot by the swap above,
+                // once.
+                let _ =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { run(turn) }));
+            }
+        }
+        any
     }
 
     /// Runs `task`, then the tasks it makes ready here, until none.
