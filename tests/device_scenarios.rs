@@ -270,16 +270,19 @@ fn submitters_hand_the_issuer_turn_to_a_worker_and_lose_nothing() {
 /// The only worker blocked in user code until its release, while two
 /// threads stream barriers (each completes inside its issue) into a queue:
 /// every barrier is issued without the worker. A thread serving the turn
-/// keeps it while every worker runs a task (`has_idle_worker`): handed to
-/// a worker that is blocked, the turn, and with it every barrier submitted
-/// meanwhile, would wait for the release, and a worker waiting for such a
-/// barrier would wait for good. Mutations checked, each failing this (the
-/// barriers stop short of `N` until the release): `wants_turn` without
-/// the idle-worker condition; a worker's `running` flag never set (41
-/// runs: 40 failed).
+/// keeps it while every worker runs a task (`wants_turn`, and the offer
+/// itself, read the workers' `running` flags): handed to a worker that is
+/// blocked, the turn, and with it every barrier submitted meanwhile,
+/// would wait for the release, and a worker waiting for such a barrier
+/// would wait for good. Mutation checked: a worker's `running` flag never
+/// set (the barriers stop short of `N` until the release): 20 runs of 20
+/// failed with `N` 50,000 (3 of 20 with 5,000: the threads overlapped
+/// too little to hand the turn off). The race of an offer with a worker
+/// leaving idle is the loom model
+/// `an_offered_turn_runs_before_a_task_that_may_block_on_it`'s.
 #[test]
 fn a_turn_is_not_handed_to_a_worker_blocked_in_user_code() {
-    const N: u64 = 5_000;
+    const N: u64 = 50_000;
     let d = fenceline::Device::cpu_with(fenceline::CpuConfig {
         workers: 1,
         queues: 1,
