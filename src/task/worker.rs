@@ -729,7 +729,7 @@ impl Worker {
         }
         // Issuer turns offered to the workers: drained here, the tasks
         // they issue land on our deque.
-        if self.run_turns_in_find() {
+        if self.run_turns() {
             if let Some(t) = self.local().pop() {
                 self.unannounced |= !self.local().is_empty();
                 return Some(t.0);
@@ -1046,36 +1046,16 @@ impl Worker {
             .store(running, Ordering::Relaxed);
     }
 
-    /// [`run_turns`](Self::run_turns) from [`find`](Self::find), where a
-    /// worker out of local work looks for more (before the injector, as
-    /// a turn handed off as a task was found). The flag reads busy
-    /// meanwhile, so a turn offered while this one drains (with the other
-    /// workers busy too) is taken back by its offerer, who drains it at
-    /// once, rather than queued behind this drain; an idle worker's flag
-    /// is cleared again after (a drain
-    /// runs no task, and the flag was clear since this worker last ran
-    /// one: it still looks at the slots before its next task).
-    fn run_turns_in_find(&self) -> bool {
-        if self
-            .shared
-            .turns
-            .iter()
-            .all(|c| c.load(Ordering::Relaxed).is_null())
-        {
-            return false;
-        }
-        if !self.busy {
-            self.set_running(true);
-        }
-        let any = self.run_turns();
-        if !self.busy {
-            self.set_running(false);
-        }
-        any
-    }
-
     /// Runs the issuer turns offered in the executor's slots
-    /// ([`ExecutorState::offer_turn`]); `true` if there were any.
+    /// ([`ExecutorState::offer_turn`]); `true` if there were any. Called
+    /// when the worker leaves idle (flag already set) and from
+    /// [`find`](Self::find) once out of local work (before the injector,
+    /// where a turn handed off as a task used to be found). An idle
+    /// worker's flag reads busy while it drains, so a turn offered
+    /// meanwhile (the other workers busy too) is taken back by its
+    /// offerer, who drains it at once, rather than queued behind this
+    /// drain; it is cleared again after (a drain runs no task, and an idle
+    /// worker still looks at the slots before its next task).
     fn run_turns(&self) -> bool {
         let Some(run) = self.shared.run_turn else {
             return false;
@@ -1088,6 +1068,9 @@ impl Worker {
             }
             // Acquire: pairs with the offer's release store.
             if let Some(turn) = NonNull::new(cell.swap(std::ptr::null_mut(), Ordering::Acquire)) {
+                if !any && !self.busy {
+                    self.set_running(true);
+                }
                 any = true;
                 // A turn issues work and runs no task; a panic out of it
                 // (a backend's) must not end the worker: the queue's drain
@@ -1098,6 +1081,9 @@ impl Worker {
                 let _ =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { run(turn) }));
             }
+        }
+        if any && !self.busy {
+            self.set_running(false);
         }
         any
     }
