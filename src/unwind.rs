@@ -36,6 +36,7 @@ pub(crate) struct FirstPanic(Option<Box<dyn Any + Send>>);
 impl FirstPanic {
     /// Runs `f`; `None` if it panicked (the panic is kept if it is the
     /// first).
+    #[inline]
     pub(crate) fn run<R>(&mut self, f: impl FnOnce() -> R) -> Option<R> {
         match catch_unwind(AssertUnwindSafe(f)) {
             Ok(r) => Some(r),

@@ -423,6 +423,7 @@ struct Built<'p, P, C: BlockSource> {
 impl<P, C: BlockSource> Built<'_, P, C> {
     /// Writes the next entry. `alias`: an earlier entry holds `sem`
     /// (the same semaphore), and this one shares its reference.
+    #[inline(always)]
     fn write(&mut self, sem: &Semaphore, value: u64, alias: bool) -> Result<(), Error> {
         let (lent, i) = (self.lent, self.written);
         // SAFETY: entries are written in order, `written` is the next.
@@ -451,12 +452,29 @@ impl<P, C: BlockSource> Built<'_, P, C> {
     ///
     /// # Safety
     /// `i == self.written` (entries are filled in order).
+    #[inline(always)]
     unsafe fn slot_for_write(&mut self, i: usize) -> Result<&mut MaybeUninit<Entry>, Error> {
+        if i < INLINE {
+            // SAFETY: we own the action being built.
+            return Ok(unsafe { &mut (*self.action.as_ptr()).entries[i] });
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.overflow_slot_for_write(i) }
+    }
+
+    /// [`slot_for_write`](Self::slot_for_write) past the inline entries:
+    /// out of line, the rare case.
+    ///
+    /// # Safety
+    /// As `slot_for_write`, and `i >= INLINE`.
+    #[cold]
+    #[inline(never)]
+    unsafe fn overflow_slot_for_write(
+        &mut self,
+        i: usize,
+    ) -> Result<&mut MaybeUninit<Entry>, Error> {
         // SAFETY: we own the action being built.
         let a = unsafe { &mut *self.action.as_ptr() };
-        if i < INLINE {
-            return Ok(&mut a.entries[i]);
-        }
         let p = i - INLINE;
         // Walk to (or grow) block p / OVERFLOW.
         let mut link: &mut Option<NonNull<Overflow>> = &mut a.overflow;

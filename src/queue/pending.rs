@@ -432,6 +432,7 @@ struct Signalling {
 }
 
 impl Signalling {
+    #[inline]
     fn enter(queue: *const ()) -> Signalling {
         Signalling {
             outer: HELD.with(|h| h.replace(queue)),
@@ -453,6 +454,7 @@ struct PassDepth {
 }
 
 impl PassDepth {
+    #[inline]
     fn enter(queue: *const ()) -> PassDepth {
         PASS_DEPTH.with(|d| d.set(d.get() + 1));
         PassDepth {
@@ -472,6 +474,7 @@ impl Drop for PassDepth {
 /// holds that queue's turn: the pass is inside `drain`, which runs only
 /// under the turn, and a nested pass of another queue is a different
 /// value until it returns).
+#[inline]
 fn issuing(queue: *const ()) -> bool {
     ISSUING.with(|q| q.get() == queue)
 }
