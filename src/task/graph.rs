@@ -247,10 +247,7 @@ impl<'e> Graph<'e> {
 
     fn check(&self, id: TaskId) -> Result<&Task, Error> {
         if id.graph != self.id {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("{id:?} belongs to another graph"),
-            ));
+            return Err(invalid_id(id, "belongs to another graph"));
         }
         // SAFETY: a task of this graph lives until the graph is submitted
         // or dropped, both of which consume or outlive every `&self`.
@@ -429,9 +426,9 @@ impl<'e> Graph<'e> {
             return Err(backward(task, completion));
         }
         if t.completion_task.get().is_some() {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("{task:?} already has a completion task; join through a barrier"),
+            return Err(invalid_id(
+                task,
+                "already has a completion task; join through a barrier",
             ));
         }
         t.completion_task.set(Some(completion.task));
@@ -448,19 +445,13 @@ impl<'e> Graph<'e> {
     pub fn fork(&mut self, barrier: TaskId, dependent: TaskId) -> Result<(), Error> {
         let (b, d) = (self.check(barrier)?, self.check(dependent)?);
         if !b.vtable.forks {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("{barrier:?} is a {}, not a barrier", b.vtable.name),
-            ));
+            return Err(not_a_barrier(barrier, b.vtable.name));
         }
         if dependent.seq <= barrier.seq {
             return Err(backward(barrier, dependent));
         }
         if d.forked.get() {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("{dependent:?} already follows a barrier"),
-            ));
+            return Err(invalid_id(dependent, "already follows a barrier"));
         }
         // SAFETY: a barrier's payload is a `BarrierPayload`; the graph owns
         // the task and nothing else touches it before submission.
@@ -668,6 +659,26 @@ unsafe fn chunk_sole_dependents(task: NonNull<Task>) {
     p.dependents = shared;
 }
 
+// The graph's errors, out of line: building a graph calls `check`,
+// `fork` and `set_completion` per task, whose checks almost never fail.
+
+#[cold]
+#[inline(never)]
+fn invalid_id(id: TaskId, what: &str) -> Error {
+    Error::new(ErrorKind::InvalidArgument, format!("{id:?} {what}"))
+}
+
+#[cold]
+#[inline(never)]
+fn not_a_barrier(id: TaskId, kind: &str) -> Error {
+    Error::new(
+        ErrorKind::InvalidArgument,
+        format!("{id:?} is a {kind}, not a barrier"),
+    )
+}
+
+#[cold]
+#[inline(never)]
 fn backward(from: TaskId, to: TaskId) -> Error {
     Error::new(
         ErrorKind::InvalidArgument,
