@@ -508,11 +508,24 @@ impl Clone for RecordingRef {
 }
 
 impl Drop for RecordingRef {
+    #[inline]
     fn drop(&mut self) {
         // Release: our reads of the commands happen before the recycling.
         if self.refs.fetch_sub(1, Ordering::Release) != 1 {
             return;
         }
+        self.recycle();
+    }
+}
+
+impl RecordingRef {
+    /// The last reference's drop: resets the recording and gives it back.
+    /// Out of line: a submission's command buffer is usually still held
+    /// by its caller (re-executed each frame), so most drops stop at the
+    /// count.
+    #[cold]
+    #[inline(never)]
+    fn recycle(&mut self) {
         fence(Ordering::Acquire);
         // SAFETY: the last reference: the recording is ours alone.
         let recording = unsafe { &mut *self.0.as_ptr() };
