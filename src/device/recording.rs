@@ -514,7 +514,8 @@ impl Drop for RecordingRef {
         if self.refs.fetch_sub(1, Ordering::Release) != 1 {
             return;
         }
-        self.recycle();
+        // SAFETY: the count just reached zero: ours was the last reference.
+        unsafe { self.recycle() };
     }
 }
 
@@ -523,11 +524,16 @@ impl RecordingRef {
     /// Out of line: a submission's command buffer is usually still held
     /// by its caller (re-executed each frame), so most drops stop at the
     /// count.
+    ///
+    /// # Safety
+    /// This was the last reference (its release took the count to zero),
+    /// and this is called once, from its drop.
     #[cold]
     #[inline(never)]
-    fn recycle(&mut self) {
+    unsafe fn recycle(&mut self) {
         fence(Ordering::Acquire);
-        // SAFETY: the last reference: the recording is ours alone.
+        // SAFETY: the last reference (per contract): the recording is ours
+        // alone.
         let recording = unsafe { &mut *self.0.as_ptr() };
         let panicked = recording.reset();
         match recording.pool.take() {
