@@ -161,6 +161,101 @@ fn drop_cancels_pending_actions() {
     gate.signal(1).unwrap();
 }
 
+/// Holds what it issues where the test can reach it after the queue's
+/// handle is gone, and says when the queue's state dropped it.
+/// Issuing payload `HOLD` blocks until `release` is signalled to 1: the
+/// issuer's turn is held meanwhile, so other submissions go through the
+/// submit stack.
+struct Held {
+    issued: Arc<Mutex<Vec<Completion<Held>>>>,
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+    release: Semaphore,
+}
+
+const HOLD: u64 = u64::MAX;
+
+impl Backend for Held {
+    type Payload = u64;
+    fn issue(&self, work: Completion<Self>) {
+        if *work.payload() == HOLD {
+            self.release
+                .wait(1, std::time::Duration::from_secs(60))
+                .unwrap();
+        }
+        self.issued.lock().unwrap().push(work);
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.dropped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+// The issuer takes references to the state ahead for the actions it takes
+// in (its credit); the queue's state must still be freed by the last
+// action to finish after the handle went, not kept (leaked) by the credit,
+// nor freed while an issued action still holds it. Actions come both ways:
+// 100 directly (a submitter that takes the turn), then, while a held
+// action keeps the turn, 100 through the submit stack (taken in by one
+// pass, more than a credit's worth). Mutations caught: the credit never
+// given back (`return_credit_if_closed` not called: the state, and so the
+// backend, is never dropped); no references for the actions a pass takes
+// in (`take_refs` skipped in `pass`: the state is freed while actions
+// still hold it, and completing them crashes on the use after free).
+#[test]
+fn the_state_outlives_issued_actions_and_is_freed_by_the_last() {
+    let issued = Arc::new(Mutex::new(Vec::new()));
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let out = [Semaphore::new(0), Semaphore::new(0)];
+    let release = Semaphore::new(0);
+    let q = PendingQueue::new(Held {
+        issued: issued.clone(),
+        dropped: dropped.clone(),
+        release: release.clone(),
+    })
+    .unwrap();
+    for i in 0..100 {
+        q.submit(&[], &[(&out[0], i + 1)], 0).unwrap();
+    }
+    std::thread::scope(|sc| {
+        let q = &q;
+        // Holds the turn inside its `issue` until released.
+        let holder = sc.spawn(move || q.submit(&[], &[], HOLD).unwrap());
+        while q.stats().submitted < 101 {
+            std::thread::yield_now();
+        }
+        for i in 0..100 {
+            q.submit(&[], &[(&out[1], i + 1)], 1).unwrap();
+        }
+        assert_eq!(q.stats().submitted, 101, "the turn was held");
+        release.signal(1).unwrap();
+        holder.join().unwrap();
+    });
+    assert_eq!(q.in_flight(), 201);
+    assert_eq!(q.stats().in_flight, 201);
+    drop(q);
+    let mut works = std::mem::take(&mut *issued.lock().unwrap());
+    assert_eq!(works.len(), 201);
+    let last = works.pop().unwrap();
+    for w in works {
+        w.complete(Ok(()));
+    }
+    assert!(
+        !dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "freed while an issued action still holds the state"
+    );
+    last.complete(Ok(()));
+    assert!(
+        dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "the state outlived its last action"
+    );
+    for s in &out {
+        assert_eq!(s.query().unwrap(), 100);
+    }
+}
+
 #[test]
 fn submit_after_shutdown_is_cancelled() {
     let q = queue();

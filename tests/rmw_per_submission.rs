@@ -256,7 +256,10 @@ fn rmws_per_submission_path() {
 /// Today's counts (after the cuts in ARCHITECTURE.md's table; the worker
 /// side with some room for its idle cycle, which varies).
 /// `READY` is the count of every frame; one frame in 17 adds `REFILLS`.
-/// 9 since a one-command execute is one task submitted with no graph and
+/// 8 since the action's reference to the queue's state comes from the
+/// issuer's credit, taken 64 at a time (`take_refs`, 2026-12-04;
+/// mutation checked: a reference taken per action, the credit's batch
+/// set to 0, gives 9 here and 12 for `PENDING`). 9 since a one-command execute is one task submitted with no graph and
 /// no scope of its own (`CpuBackend::issue_alone`, 2026-12-02): no
 /// `take_all` of the recycled scopes here, no push of its scope on the
 /// worker (mutation checked: taking and pushing a recycled scope there,
@@ -266,22 +269,22 @@ fn rmws_per_submission_path() {
 /// `Scope::new` in `CpuBackend::take_scope`, gave 12-13 here, 18 on the
 /// worker and 16-17 for the readying signal; the graph cloning the handle
 /// in `with_cache` gave 12-13, 16-17 and a hop of 20.2).
-const READY: u64 = 9;
+const READY: u64 = 8;
 /// What one ready execute in 17 adds: the refills of its two block caches
 /// (the queue's action blocks and the issuer's task blocks, one CAS each
-/// for 17 blocks). Since a one-command execute is one task (2026-12-02)
+/// for 17 blocks); one in 64, the issuer's reference credit (one RMW). Since a one-command execute is one task (2026-12-02)
 /// both caches take one block an execute and refill in the same frame;
 /// before, the task cache took two and refilled every eighth frame (and
 /// `READY` was 11).
-const REFILLS: u64 = 2;
+const REFILLS: u64 = 3;
 const WAIT: u64 = 0;
-/// (13 and 21 since a pass takes a free, unrequested turn with one CAS
+/// (12 since the reference credit, see `READY`; 13 and 21 since a pass takes a free, unrequested turn with one CAS
 /// from 0 and skips the first round's clearing RMW; mutation checked: the
 /// `fetch_or` alone, as before, gives 14 and 22. The signal 19 since a
 /// woken action is handled directly by the thread its timepoint fired on
 /// when no pass runs; mutation checked: through the woken stack, as
 /// before, gives 21.)
-const PENDING: u64 = 13;
+const PENDING: u64 = 12;
 /// (12 since a signal that takes the semaphore's free turn uses the
 /// value it wrote in its first round instead of reading it with an RMW;
 /// mutation checked: reading it, as before, gives 13 here and a hop of

@@ -51,8 +51,10 @@ pub(crate) struct QueueState<B: Backend> {
     /// Issue requests; whoever raises it from 0 is the issuer.
     requests: CachePadded<AtomicUsize>,
     closed: AtomicBool,
-    /// The handle's reference + one per live action + one per running
-    /// `issue`; the last release frees the state.
+    /// References: the handle's, one per action taken in and not
+    /// finished, one per running `issue` (and handed-off turn), and the
+    /// issuer's credit (taken ahead, see `take_refs`); the last release
+    /// frees the state.
     refs: CachePadded<AtomicUsize>,
     /// Only the issuer touches this (the drain protocol excludes others).
     issuer: UnsafeCell<IssuerState<B::Payload>>,
@@ -142,7 +144,16 @@ struct IssuerState<P> {
     /// `issue`). One that escaped turns it off, so a backend that always
     /// completes later pays nothing for the guess after its first action.
     lend: bool,
+    /// References to the state the issuer took ahead (counted in `refs`),
+    /// one given to each action it takes in: the submitters take none,
+    /// and the issuer one RMW per [`REF_CREDIT`] actions. Given back by
+    /// the first drain that ends after the queue closed.
+    credit: usize,
 }
+
+/// How many references to its state the issuer takes at a time for the
+/// actions it takes in (see `IssuerState::credit`).
+const REF_CREDIT: usize = 64;
 
 // SAFETY: actions move between threads with their ownership; the issuer
 // state is only touched by the single issuer (drain protocol); the rest is
@@ -193,6 +204,7 @@ impl<B: Backend> PendingQueue<B> {
             issuer: UnsafeCell::new(IssuerState {
                 waiting: DList::new(),
                 lend: true,
+                credit: 0,
             }),
             // Pointed at the state's own pool once the state has its place.
             issuer_blocks: UnsafeCell::new(BlockCache::new(PoolRef(NonNull::dangling()))),
@@ -289,9 +301,8 @@ impl<B: Backend> PendingQueue<B> {
                     return Err(e);
                 }
             };
-            if !lend {
-                shared.refs.fetch_add(1, Ordering::Relaxed);
-            }
+            // Its reference (unless lent) is the issuer's to give, in
+            // `drain`, before its handling can finish it.
             id = action.as_ptr() as u64;
             trace::flow_out(id);
             shared.drain(1, Some(First::New(action, lend)));
@@ -308,9 +319,13 @@ impl<B: Backend> PendingQueue<B> {
                     false,
                 )
             }?;
-            shared.refs.fetch_add(1, Ordering::Relaxed);
             id = action.as_ptr() as u64;
             trace::flow_out(id);
+            // It takes no reference to the state: the issuer that takes it
+            // in gives it one (`take_refs`). Until then the state outlives
+            // it: the caller's handle does through this call, and whichever
+            // pass serves the request below holds a reference of its own
+            // (a handle's drop first runs a pass too: `shutdown`).
             // SAFETY: a new action, in no list, handed to the submit stack;
             // it stays allocated until it is finished.
             shared.incoming.push(unsafe { Handle::from_raw(action) });
@@ -341,11 +356,11 @@ impl<B: Backend> PendingQueue<B> {
         shared.issue();
     }
 
-    /// Actions submitted and not yet finished (issued ones included).
+    /// Actions submitted and not yet finished (issued ones included):
+    /// [`stats`](Self::stats)' `in_flight`, exact when no issue pass is
+    /// running.
     pub fn in_flight(&self) -> usize {
-        // The handle's own reference, and any running `issue` call's, are
-        // not actions; this is exact when no issue pass is running.
-        self.shared().refs.load(Ordering::Acquire).saturating_sub(1)
+        usize::try_from(self.stats().in_flight).unwrap_or(usize::MAX)
     }
 
     /// The queue's action counts: cheap (a few atomic loads), lock-free,
@@ -706,7 +721,7 @@ impl<B: Backend> QueueState<B> {
         }
         // SAFETY: `LENT`, and we are inside its `submit`.
         unsafe { QueueAction::keep_entries(action) };
-        self.refs.fetch_add(1, Ordering::Relaxed);
+        self.take_refs(issuer, 1);
         // Release: a finisher that reads `KEPT` sees the references.
         if state.swap(KEPT, Ordering::AcqRel) == DONE {
             // Finished meanwhile: free it with the references just taken.
@@ -787,6 +802,10 @@ impl<B: Backend> QueueState<B> {
                 }
                 Some(First::New(action, lent)) => {
                     let closed = self.closed.load(Ordering::Acquire);
+                    if !lent {
+                        // Before its handling, which may finish it.
+                        self.take_refs(issuer, 1);
+                    }
                     Self::add(&self.taken_in, 1);
                     let id = action.as_ptr().cast_const().cast::<()>();
                     let outer = DIRECT.with(|d| d.replace(id));
@@ -802,6 +821,8 @@ impl<B: Backend> QueueState<B> {
             // The caller's reference keeps the state alive to here (a
             // use after free fails a loom model).
             liveness::check(self, "a queue's state (turn given back)");
+            // SAFETY: the turn is still ours; the borrow ends here.
+            self.return_credit_if_closed(unsafe { self.issuer_state() });
             match self
                 .requests
                 .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire)
@@ -902,6 +923,8 @@ impl<B: Backend> QueueState<B> {
         }
         let mut new = self.incoming.take_all();
         if !new.is_empty() {
+            // Before any is handled (and may finish).
+            self.take_refs(issuer, new.len());
             Self::add(&self.taken_in, new.len() as u64);
         }
         while let Some(action) = new.pop_front().map(Handle::into_raw) {
@@ -915,6 +938,36 @@ impl<B: Backend> QueueState<B> {
             self.add_examined(examined);
         }
         panicked.resume();
+    }
+
+    /// Hands out `n` references to the state, for actions the issuer takes
+    /// in, from its credit, taking [`REF_CREDIT`] more ahead (one RMW) when
+    /// it runs out; once the queue is closed, only what is missing.
+    fn take_refs(&self, issuer: &mut IssuerState<B::Payload>, n: usize) {
+        if issuer.credit < n {
+            let ahead = if self.closed.load(Ordering::Acquire) {
+                0
+            } else {
+                REF_CREDIT
+            };
+            let more = n - issuer.credit + ahead;
+            self.refs.fetch_add(more, Ordering::Relaxed);
+            issuer.credit += more;
+        }
+        issuer.credit -= n;
+    }
+
+    /// Gives the issuer's credit back once the queue is closed: the drain
+    /// that ends after `shutdown` (a handle's drop runs one) leaves only
+    /// the actions' own references, so the last one frees the state.
+    /// Called under the turn before each attempt to give it back; the
+    /// drain's caller holds a reference, so this is never the last.
+    fn return_credit_if_closed(&self, issuer: &mut IssuerState<B::Payload>) {
+        if issuer.credit > 0 && self.closed.load(Ordering::Acquire) {
+            let credit = std::mem::take(&mut issuer.credit);
+            let before = self.refs.fetch_sub(credit, Ordering::Release);
+            debug_assert!(before > credit, "the drain's caller holds a reference");
+        }
     }
 
     /// Counts actions examined; called by the issuer only.
@@ -1188,6 +1241,14 @@ impl<B: Backend> Drop for QueueState<B> {
             // is this state's.
             unsafe { (*c).flush_to(pool) }
         });
+        // The issuer's credit counts in `refs`: given back before the last
+        // reference could go.
+        debug_assert_eq!(
+            // SAFETY: `&mut self`: nothing else borrows the issuer state.
+            self.issuer.with_mut(|i| unsafe { (*i).credit }),
+            0,
+            "the issuer's reference credit outlived the queue"
+        );
         // The last reference: every action finished. Anything still on a
         // stack would be a bug; cancel it rather than leak it.
         let stray = self.incoming.take_all();
