@@ -243,7 +243,8 @@ unsafe fn panicking_callback(_tp: NonNull<Timepoint>, _r: Result<(), Error>) {
 }
 
 unsafe fn counting_callback(tp: NonNull<Timepoint>, _r: Result<(), Error>) {
-    // SAFETY: the context is a `&'static AtomicUsize` (leaked by the test).
+    // SAFETY: the context is an `AtomicUsize` the test leaks until every
+    // callback fired.
     let count = unsafe { &*tp.as_ref().context().cast::<AtomicUsize>() };
     count.fetch_add(1, Ordering::SeqCst);
 }
@@ -258,7 +259,8 @@ fn a_panicking_timepoint_callback_does_not_skip_the_others() {
         let ctx = (fired as *const AtomicUsize).cast::<()>();
         let bad = Box::leak(Box::new(Timepoint::new(1, panicking_callback, ctx)));
         let good = Box::leak(Box::new(Timepoint::new(1, counting_callback, ctx)));
-        // SAFETY: both leaked (valid forever), registered once.
+        // SAFETY: both leaked (valid until freed once they fired), registered
+        // once.
         unsafe {
             assert!(matches!(
                 s.register(NonNull::from(&*bad)),
@@ -283,6 +285,16 @@ fn a_panicking_timepoint_callback_does_not_skip_the_others() {
         assert_eq!(fired.load(Ordering::SeqCst), 1, "the other timepoint fired");
         assert_eq!(s.query().unwrap(), 1);
         waiter.join().unwrap().unwrap();
+        // SAFETY: both fired (off the semaphore's list, never touched
+        // again), and nothing reads the counter any more: freed once, so
+        // the test leaks nothing (LeakSanitizer).
+        unsafe {
+            drop(Box::from_raw(bad as *mut Timepoint));
+            drop(Box::from_raw(good as *mut Timepoint));
+            drop(Box::from_raw(
+                fired as *const AtomicUsize as *mut AtomicUsize,
+            ));
+        }
     });
 }
 
@@ -298,7 +310,7 @@ fn a_callback_panicking_inside_a_pass_leaves_the_queue_working() {
             panicking_callback,
             std::ptr::null(),
         )));
-        // SAFETY: leaked, registered once.
+        // SAFETY: leaked (valid until freed once it fired), registered once.
         unsafe {
             assert!(matches!(
                 s.register(NonNull::from(&*bad)),
@@ -320,7 +332,7 @@ fn a_callback_panicking_inside_a_pass_leaves_the_queue_working() {
             panicking_callback,
             std::ptr::null(),
         )));
-        // SAFETY: leaked, registered once.
+        // SAFETY: leaked (valid until freed once it fired), registered once.
         unsafe {
             assert!(matches!(
                 t.register(NonNull::from(&*bad2)),
@@ -340,6 +352,12 @@ fn a_callback_panicking_inside_a_pass_leaves_the_queue_working() {
         q.submit(&[], &[(&next, 1)], 1).unwrap();
         assert_eq!(next.query().unwrap(), 1, "later submissions are issued");
         drop(q);
+        // SAFETY: both fired (off their semaphores' lists, never touched
+        // again): freed once, so the test leaks nothing (LeakSanitizer).
+        unsafe {
+            drop(Box::from_raw(bad as *mut Timepoint));
+            drop(Box::from_raw(bad2 as *mut Timepoint));
+        }
     });
 }
 

@@ -5,10 +5,11 @@
 //! them blocks inside a task; a wait task suspended and woken from another
 //! thread; an `EventPool` acquire racing the last release; `wait_all`
 //! over two semaphores signalled from two threads; and an issuer turn
-//! offered to the workers racing a worker that takes a blocking task. (Under the model
-//! checker the local deques are a stand-in on loom's `Mutex` with
-//! crossbeam's interface, see `src/task/deque.rs`; crossbeam's lock-free
-//! deque itself is checked by crossbeam's own tests.)
+//! offered to the workers racing a worker that takes a blocking task.
+//! (Under the model checker the local deques are a stand-in on loom's
+//! `Mutex` with crossbeam's interface, see `src/task/deque.rs`;
+//! crossbeam's lock-free deque itself is checked by crossbeam's own
+//! tests.)
 #![cfg(fenceline_loom)]
 
 use fenceline::semaphore::EventPool;
