@@ -608,3 +608,51 @@ fn a_signaller_hands_off_a_chain_and_a_dropped_turn_still_drains() {
     assert_eq!(q.backend().issued_log(), (1..=20).collect::<Vec<_>>());
     assert_eq!(q.stats().issuer_hand_offs, 1);
 }
+
+/// Keeps the first action it is given, and puts it into the payload of the
+/// next, which it completes inside `issue`: dropping that payload (in the
+/// finish, while its blocks go back) fails the kept action on the same
+/// thread, inside the same pass.
+struct Nesting {
+    kept: Mutex<Option<Completion<Nesting>>>,
+}
+
+impl Backend for Nesting {
+    type Payload = Option<Completion<Nesting>>;
+    fn issue(&self, mut work: Completion<Self>) {
+        let mut kept = self.kept.lock().unwrap();
+        match kept.take() {
+            None => *kept = Some(work),
+            Some(first) => {
+                drop(kept);
+                *work.payload_mut() = Some(first);
+                work.complete(Ok(()));
+            }
+        }
+    }
+}
+
+// A finish drops its action's payload between giving back the action's
+// blocks to the issuer's stash; a payload whose drop finishes another
+// action of the same queue on this thread gives that one's blocks back to
+// the same stash, nested. The stash is borrowed one release at a time
+// (`Stash`), so the two never alias. Mutation caught (under Miri, `cargo
+// +nightly miri test --test queue_scenarios a_payload`): the finish holding
+// one `&mut` to the stash across the payload's drop, as before 2026-12-04
+// (Tree Borrows reports the outer borrow used after the inner one wrote).
+#[test]
+fn a_payload_whose_drop_finishes_another_action_frees_both() {
+    let q = PendingQueue::new(Nesting {
+        kept: Mutex::new(None),
+    })
+    .unwrap();
+    let (first, second) = (Semaphore::new(0), Semaphore::new(0));
+    q.submit(&[], &[(&first, 1)], None).unwrap();
+    q.submit(&[], &[(&second, 1)], None).unwrap();
+    assert_eq!(second.query().unwrap(), 1);
+    // Dropped inside the second's finish without completing: failed.
+    assert_eq!(first.query().unwrap_err().kind(), ErrorKind::Internal);
+    assert_eq!(q.in_flight(), 0);
+    let s = q.stats();
+    assert_eq!((s.completed, s.failed), (1, 1));
+}

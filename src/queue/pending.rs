@@ -12,7 +12,7 @@ use super::action::{QueueAction, SubmitLink, WaitingLink, DEVICE_WAITS, DONE, KE
 use super::backend::{Backend, Completion, IssueTurn};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, TransferStack};
-use crate::pool::{BlockCache, BlockPool, BlockPoolConfig};
+use crate::pool::{BlockCache, BlockPool, BlockPoolConfig, BlockSource, RawBlock};
 use crate::semaphore::{Registration, Semaphore, Timepoint};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{liveness, UnsafeCell};
@@ -86,6 +86,38 @@ pub(crate) struct QueueState<B: Backend> {
     /// This state's own address, with the provenance of its allocation:
     /// what references are released (and the state freed) through.
     this: NonNull<QueueState<B>>,
+}
+
+/// The issuer's stash, borrowed only inside each acquire and release,
+/// never across them: `QueueAction::destroy` drops the payload (user code,
+/// which may finish another action of the same queue on this thread, in
+/// the same pass, and free its blocks into the same stash) between its
+/// releases.
+struct Stash<'a>(&'a UnsafeCell<BlockCache<PoolRef>>);
+
+impl Stash<'_> {
+    /// # Safety
+    /// Only the calling thread uses the stash while this lives (it is the
+    /// issuer: holds the turn, or runs inside its pass on its thread),
+    /// borrowing it one operation at a time.
+    unsafe fn new(cell: &UnsafeCell<BlockCache<PoolRef>>) -> Stash<'_> {
+        Stash(cell)
+    }
+}
+
+impl BlockSource for Stash<'_> {
+    #[inline]
+    fn acquire(&mut self) -> Result<RawBlock, Error> {
+        // SAFETY: exclusive per `new`'s contract, for this call only (no
+        // user code runs inside).
+        self.0.with_mut(|c| unsafe { (*c).acquire() })
+    }
+
+    #[inline]
+    unsafe fn release(&mut self, block: RawBlock) {
+        // SAFETY: as in `acquire`; the block's contract is forwarded.
+        self.0.with_mut(|c| unsafe { (*c).release(block) })
+    }
 }
 
 /// Finished actions by outcome.
@@ -277,14 +309,13 @@ impl<B: Backend> PendingQueue<B> {
             // SAFETY: the turn is ours: only the issuer touches its state;
             // this borrow ends here.
             let lend = unsafe { shared.issuer_state() }.lend;
-            // SAFETY: as above for the stash, borrowed for the creation
-            // only. A lent action borrows the caller's semaphores, which
-            // outlive this call, and `drain` keeps it (`settle`) before
-            // returning if it did not finish inside.
+            // SAFETY: as above for the stash, borrowed one acquire or
+            // release at a time. A lent action borrows the caller's
+            // semaphores, which outlive this call, and `drain` keeps it
+            // (`settle`) before returning if it did not finish inside.
             let made = unsafe {
-                let blocks = shared.issuer_blocks();
                 QueueAction::create(
-                    blocks,
+                    &mut Stash::new(&shared.issuer_blocks),
                     waits,
                     signals,
                     payload,
@@ -716,7 +747,7 @@ impl<B: Backend> QueueState<B> {
             // Finished elsewhere (its signals made, counted) with our
             // handles: nothing was taken, nothing to give back.
             // SAFETY: ours now; the issuer's stash, this thread's alone.
-            unsafe { QueueAction::destroy(action, self.issuer_blocks(), false) };
+            unsafe { QueueAction::destroy(action, &mut Stash::new(&self.issuer_blocks), false) };
             return;
         }
         // SAFETY: `LENT`, and we are inside its `submit`.
@@ -728,21 +759,10 @@ impl<B: Backend> QueueState<B> {
             // SAFETY: as above; the caller's handle keeps the state alive
             // past the release.
             unsafe {
-                QueueAction::destroy(action, self.issuer_blocks(), true);
+                QueueAction::destroy(action, &mut Stash::new(&self.issuer_blocks), true);
                 QueueState::release(self.this);
             }
         }
-    }
-
-    /// The issuer's block stash, for one acquire or release.
-    ///
-    /// # Safety
-    /// The caller is the issuer (holds the turn, or runs inside its pass
-    /// on its thread: `issuing`), and no other borrow of the stash is live.
-    #[allow(clippy::mut_from_ref)] // exclusive by the protocol, not by borrow
-    unsafe fn issuer_blocks(&self) -> &mut BlockCache<PoolRef> {
-        // SAFETY: forwarded contract.
-        self.issuer_blocks.with_mut(|p| unsafe { &mut *p })
     }
 
     /// Continues a drain whose turn was handed off ([`IssueTurn`]), then
@@ -1213,11 +1233,11 @@ impl<B: Backend> QueueState<B> {
         // SAFETY: owned and done; its blocks go back to our pool (a panic
         // dropping the payload is contained inside): through the issuer's
         // stash when this thread runs our pass (a backend completing inside
-        // `issue`, a cancel or failure in a pass), the only borrow of it
-        // now.
+        // `issue`, a cancel or failure in a pass), borrowed one release at
+        // a time (`Stash`).
         unsafe {
             if in_pass {
-                QueueAction::destroy(action, shared.issuer_blocks(), owned);
+                QueueAction::destroy(action, &mut Stash::new(&shared.issuer_blocks), owned);
             } else {
                 QueueAction::destroy(action, &mut &shared.pool, owned);
             }
