@@ -3,7 +3,9 @@
 //! - `fork_join_1024`: a nop, a barrier releasing 1024 empty calls, a join;
 //!   built, submitted and waited for, per iteration (`fenceline`), or built
 //!   outside the timed part (`fenceline_prebuilt`: submission and running
-//!   only). Peer: `rayon::scope` with 1024 empty `spawn`s.
+//!   only), or built in one step with `Graph::fork_join`
+//!   (`fenceline_fork_join`, built and run). Peer: `rayon::scope` with
+//!   1024 empty `spawn`s.
 //! - `join_tree`: a binary tree of 1024 leaves: fenceline calls `spawn`
 //!   two children and run again after them; peer: recursive `rayon::join`.
 //! - `dispatch_1m`: a trivial closure over 1M tiles (1024 x 1024 x 1);
@@ -63,6 +65,18 @@ fn fork_join_graph<'e>(exec: &'e Executor, scope: &Scope) -> Graph<'e> {
     g
 }
 
+/// The same graph as `fork_join_graph`, its calls and join made by one
+/// `Graph::fork_join`.
+fn fork_join_batched<'e>(exec: &'e Executor, scope: &Scope) -> Graph<'e> {
+    let mut g = exec.graph(scope);
+    let start = g.nop().unwrap();
+    let fork = g.barrier().unwrap();
+    g.set_completion(start, fork).unwrap();
+    g.fork_join(fork, 1024, |_| |_: &mut CallContext<'_>| Ok(()))
+        .unwrap();
+    g
+}
+
 /// `n` nops, each the completion of the one before.
 fn chain_graph<'e>(exec: &'e Executor, scope: &Scope, n: u32) -> Graph<'e> {
     let mut g = exec.graph(scope);
@@ -95,6 +109,12 @@ fn fork_join(c: &mut Criterion) {
             },
             BatchSize::PerIteration,
         )
+    });
+    group.bench_function("fenceline_fork_join", |b| {
+        b.iter(|| {
+            fork_join_batched(&exec, &scope).submit();
+            scope.wait_idle(LONG).unwrap();
+        })
     });
     let rayon = pool();
     group.bench_function("rayon_scope_spawn", |b| {

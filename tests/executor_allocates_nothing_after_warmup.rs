@@ -1,7 +1,8 @@
 //! With a counting global allocator: after warm-up, 1000 rounds of a fork
-//! of 256 calls + join and a 4096-tile dispatch allocate nothing on any
-//! thread (the executor's workers included); and a closure allocates
-//! (one box) exactly when it is larger than its kind's documented room.
+//! of 256 calls + join, a 4096-tile dispatch and a `fork_join` of 256
+//! calls allocate nothing on any thread (the executor's workers
+//! included); and a closure allocates (one box) exactly when it is larger
+//! than its kind's documented room.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,6 +48,17 @@ fn round(exec: &Executor, scope: &Scope, sum: &Arc<AtomicU64>) {
         })
         .unwrap();
     g.set_completion(join, d).unwrap();
+    // The same fork/join again, built in one step.
+    let fork2 = g.barrier().unwrap();
+    g.set_completion(d, fork2).unwrap();
+    g.fork_join(fork2, 256, |i| {
+        let s = sum.clone();
+        move |_| {
+            s.fetch_add(u64::from(i), Ordering::Relaxed);
+            Ok(())
+        }
+    })
+    .unwrap();
     g.submit();
     scope.wait_idle(Duration::from_secs(10)).unwrap();
 }
@@ -59,7 +71,7 @@ fn fork_join_and_dispatch_allocate_nothing() {
     .unwrap();
     let scope = Scope::new();
     let sum = Arc::new(AtomicU64::new(0));
-    let per_round = (0..256u64).sum::<u64>() + 2 * 64 * (0..64u64).sum::<u64>();
+    let per_round = 2 * (0..256u64).sum::<u64>() + 2 * 64 * (0..64u64).sum::<u64>();
     for _ in 0..50 {
         round(&exec, &scope, &sum); // warm-up: pools, deques, epoch pins
     }

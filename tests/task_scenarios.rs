@@ -871,3 +871,229 @@ fn waits_expiring_as_they_park_each_end_once() {
     assert_eq!(ended.load(Ordering::Relaxed), GRAPHS);
     drop(std::mem::ManuallyDrop::into_inner(e));
 }
+
+/// `Graph::fork_join`: every call runs once, after the barrier's
+/// predecessor, and the join only after all of them (1000 calls: several
+/// ready chunks). Mutations checked: a call given no completion task (the
+/// join never runs: the wait times out); the calls' chunks not handed to
+/// the barrier (they never run).
+#[test]
+fn fork_join_runs_each_call_once_after_the_barrier_then_the_join() {
+    const N: usize = 1000;
+    let e = exec();
+    let scope = Scope::new();
+    let ran: Arc<Vec<AtomicU8>> = Arc::new((0..N).map(|_| AtomicU8::new(0)).collect());
+    let started = Arc::new(AtomicU32::new(0));
+    let early = Arc::new(AtomicU32::new(0));
+    let mut g = e.graph(&scope);
+    let s = started.clone();
+    let a = g
+        .call(move |_| {
+            std::thread::sleep(Duration::from_millis(5));
+            s.store(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    let fork = g.barrier().unwrap();
+    g.set_completion(a, fork).unwrap();
+    let join = g
+        .fork_join(fork, N as u32, |i| {
+            let (ran, started, early) = (ran.clone(), started.clone(), early.clone());
+            move |_| {
+                if started.load(Ordering::SeqCst) == 0 {
+                    early.fetch_add(1, Ordering::SeqCst);
+                }
+                ran[i as usize].fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .unwrap();
+    let (r, seen) = (ran.clone(), Arc::new(Mutex::new(None)));
+    let s2 = seen.clone();
+    let after = g
+        .finally(move |res| {
+            let done = r.iter().filter(|c| c.load(Ordering::SeqCst) == 1).count();
+            *s2.lock().unwrap() = Some((res.is_ok(), done));
+        })
+        .unwrap();
+    g.set_completion(join, after).unwrap();
+    g.submit();
+    if let Err(err) = scope.wait_idle(LONG) {
+        // Dropping the executor would wait for the stuck tasks: fail now.
+        std::mem::forget(e);
+        panic!("the fork/join never finished: {err}");
+    }
+    assert_eq!(
+        early.load(Ordering::SeqCst),
+        0,
+        "a call ran before the barrier"
+    );
+    assert!(ran.iter().all(|c| c.load(Ordering::SeqCst) == 1));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Some((true, N)),
+        "the join ran after every call"
+    );
+    assert_eq!(scope.pending(), 0);
+    assert_eq!(Arc::strong_count(&ran), 1, "every closure dropped");
+}
+
+/// A failure before the barrier skips every call of the fork/join, and
+/// the join's follower sees the error.
+#[test]
+fn fork_join_after_a_failure_skips_every_call() {
+    let e = exec();
+    let scope = Scope::new();
+    let ran = Arc::new(AtomicU32::new(0));
+    let mut g = e.graph(&scope);
+    let a = g.call(|_| Err(boom("a"))).unwrap();
+    let fork = g.barrier().unwrap();
+    g.set_completion(a, fork).unwrap();
+    let join = g
+        .fork_join(fork, 300, |_| {
+            let ran = ran.clone();
+            move |_| {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .unwrap();
+    let failed = Arc::new(AtomicU32::new(0));
+    let f = failed.clone();
+    let after = g
+        .finally(move |r| {
+            if r.is_err() {
+                f.store(1, Ordering::SeqCst);
+            }
+        })
+        .unwrap();
+    g.set_completion(join, after).unwrap();
+    g.submit();
+    assert_eq!(scope.wait_idle(LONG).unwrap_err().message(), "a");
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    assert_eq!(failed.load(Ordering::SeqCst), 1);
+    assert_eq!(scope.pending(), 0);
+}
+
+/// A fork/join of no call: its join still follows the barrier.
+#[test]
+fn fork_join_of_no_call_follows_the_barrier() {
+    let e = exec();
+    let scope = Scope::new();
+    let log = Log::default();
+    let mut g = e.graph(&scope);
+    let l = log.clone();
+    let a = g
+        .call(move |_| {
+            std::thread::sleep(Duration::from_millis(5));
+            l.push("a");
+            Ok(())
+        })
+        .unwrap();
+    let fork = g.barrier().unwrap();
+    g.set_completion(a, fork).unwrap();
+    let join = g
+        .fork_join(fork, 0, |_| {
+            |_: &mut fenceline::task::CallContext<'_>| Ok(())
+        })
+        .unwrap();
+    let b = logger(&mut g, &log, "b");
+    g.set_completion(join, b).unwrap();
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+    assert_eq!(log.get(), ["a", "b"]);
+}
+
+/// `fork_join` refuses a task that is not a barrier of its graph, before
+/// making any closure.
+#[test]
+fn fork_join_checks_its_barrier() {
+    let e = exec();
+    let scope = Scope::new();
+    let made = AtomicU32::new(0);
+    let make = |_| {
+        made.fetch_add(1, Ordering::SeqCst);
+        |_: &mut fenceline::task::CallContext<'_>| Ok(())
+    };
+    let mut g = e.graph(&scope);
+    let a = g.nop().unwrap();
+    assert_eq!(
+        g.fork_join(a, 4, make).unwrap_err().kind(),
+        ErrorKind::InvalidArgument,
+        "not a barrier"
+    );
+    let mut other = e.graph(&scope);
+    let foreign = other.barrier().unwrap();
+    assert_eq!(
+        g.fork_join(foreign, 4, make).unwrap_err().kind(),
+        ErrorKind::InvalidArgument,
+        "another graph's barrier"
+    );
+    assert_eq!(made.load(Ordering::SeqCst), 0);
+    drop(other);
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+}
+
+/// An unsubmitted graph frees its fork/join's calls (they sit in the
+/// barrier's ready chunks, not in the task list) without running them.
+/// Mutation checked: `Graph::drop` not freeing a barrier's chunks (the
+/// 300 captured handles stay: strong count 301).
+#[test]
+fn an_unsubmitted_fork_join_frees_every_call() {
+    let e = exec();
+    let scope = Scope::new();
+    let ran = Arc::new(AtomicU32::new(0));
+    let mut g = e.graph(&scope);
+    let fork = g.barrier().unwrap();
+    g.fork_join(fork, 300, |_| {
+        let ran = ran.clone();
+        move |_| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    })
+    .unwrap();
+    assert_eq!(Arc::strong_count(&ran), 301);
+    drop(g);
+    assert_eq!(Arc::strong_count(&ran), 1, "every closure dropped");
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    assert_eq!(scope.pending(), 0);
+}
+
+/// A panic in `fork_join`'s `make` frees the calls made so far and leaves
+/// the graph as it was (still usable). Mutation checked: the batch's
+/// guard freeing nothing (150 captured handles stay).
+#[test]
+fn a_panic_while_making_a_fork_join_frees_the_calls_made() {
+    let e = exec();
+    let scope = Scope::new();
+    let held = Arc::new(());
+    let mut g = e.graph(&scope);
+    let fork = g.barrier().unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        g.fork_join(fork, 300, |i| {
+            assert!(i < 150, "make fails at 150");
+            let held = held.clone();
+            move |_| {
+                let _ = &held;
+                Ok(())
+            }
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(Arc::strong_count(&held), 1, "the 150 calls made were freed");
+    let hits = Arc::new(AtomicU32::new(0));
+    let h = hits.clone();
+    let c = g
+        .call(move |_| {
+            h.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    g.fork(fork, c).unwrap();
+    g.submit();
+    scope.wait_idle(LONG).unwrap();
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    assert_eq!(scope.pending(), 0);
+}

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::time::Instant;
 
 use super::kind::{
-    make_call, new_task, BarrierPayload, CallContext, DispatchPayload, FencePayload,
+    make_call, new_task, take_sole, BarrierPayload, CallContext, DispatchPayload, FencePayload,
     FinallyPayload, Nop, Tiles, WaitState,
 };
 use super::scope::{Scope, ScopeInner};
@@ -467,6 +467,110 @@ impl<'e> Graph<'e> {
         Ok(())
     }
 
+    /// A fork/join in one step: `n` calls after `barrier`, the `i`th
+    /// running the closure `make(i)` returns, all counting toward a new
+    /// join task (a nop) whose id is returned. The same graph as `n`
+    /// [`call`](Self::call)s each [`fork`](Self::fork)ed from `barrier`
+    /// and [`set_completion`](Self::set_completion)ed to a [`nop`](Self::nop)
+    /// made after them, built in one pass: each call's block is written
+    /// once, already in the ready chunks the barrier releases (the calls
+    /// get no ids, so no other edge can reach them). With `n` zero the
+    /// join is simply forked from `barrier`. Closures are stored as in
+    /// `call`.
+    ///
+    /// Errors (nothing is added then, and the closures made so far are
+    /// dropped): `InvalidArgument` if `barrier` is not a barrier of this
+    /// graph or the graph would pass `u32::MAX` tasks;
+    /// `ResourceExhausted` without task memory. If `make` panics, the
+    /// calls made so far are freed and the graph is left as it was.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use fenceline::task::{Executor, ExecutorConfig, Scope};
+    ///
+    /// let exec = Executor::new(ExecutorConfig { workers: 2, ..Default::default() })?;
+    /// let scope = Scope::new();
+    /// let sum = Arc::new(AtomicU64::new(0));
+    /// let mut g = exec.graph(&scope);
+    /// let fork = g.barrier()?;
+    /// let join = g.fork_join(fork, 100, |i| {
+    ///     let sum = sum.clone();
+    ///     move |_| { sum.fetch_add(u64::from(i), Ordering::Relaxed); Ok(()) }
+    /// })?;
+    /// let seen = sum.clone();
+    /// let after = g.finally(move |r| { r.unwrap(); assert_eq!(seen.load(Ordering::Relaxed), 4950) })?;
+    /// g.set_completion(join, after)?;
+    /// g.submit();
+    /// scope.wait_idle(Duration::from_secs(5))?;
+    /// assert_eq!(sum.load(Ordering::Relaxed), 4950);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn fork_join<M, F>(&mut self, barrier: TaskId, n: u32, mut make: M) -> Result<TaskId, Error>
+    where
+        M: FnMut(u32) -> F,
+        F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
+    {
+        let b = self.check(barrier)?;
+        if !b.vtable.forks {
+            return Err(not_a_barrier(barrier, b.vtable.name));
+        }
+        // The calls and the join.
+        if self
+            .count
+            .checked_add(n)
+            .and_then(|c| c.checked_add(1))
+            .is_none()
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("a fork/join of {n} calls: more than u32::MAX tasks in one graph"),
+            ));
+        }
+        if n == 0 {
+            let join = self.nop()?;
+            self.fork(barrier, join)?;
+            return Ok(join);
+        }
+        // The join's block first, so each call points at it as it is made;
+        // it joins the task list (and takes its sequence number) last.
+        let join = new_task(&mut self.cache, self.scope.as_ptr(), || Nop)?;
+        let first_seq = self.count;
+        let scope = self.scope.as_ptr();
+        let mut batch = Batch {
+            graph: self,
+            join,
+            chunks: ReadyChunks::default(),
+            done: false,
+        };
+        for i in 0..n {
+            let task = make_call(&mut batch.graph.cache, scope, make(i))?;
+            // SAFETY: just made, ours alone.
+            let t = unsafe { task.as_ref() };
+            t.completion_task.set(Some(join));
+            t.seq.set(first_seq + i);
+            // Its only predecessor is the barrier, whose finish releases
+            // the chunk: no count to decrement (`unfinished` stays 0).
+            // SAFETY: in no list yet; the chunks own it from here.
+            unsafe { batch.chunks.push(task) };
+        }
+        batch.done = true;
+        let sole = std::mem::take(&mut batch.chunks).finish();
+        drop(batch);
+        // SAFETY: a barrier's payload is a `BarrierPayload`; the graph owns
+        // the task and nothing else touches it before submission.
+        unsafe { &mut *Task::payload_ptr::<BarrierPayload>(barrier.task) }
+            .sole
+            .append(&mut { sole });
+        self.count += n;
+        // SAFETY: the join is ours, not submitted; the calls count toward it.
+        unsafe { join.as_ref() }.unfinished.set(n);
+        let id = self.adopt(Ok(join))?;
+        self.roots -= 1;
+        Ok(id)
+    }
+
     /// Hands every task to the executor; those without predecessors start.
     #[inline]
     pub fn submit(mut self) {
@@ -623,9 +727,8 @@ unsafe fn chunk_sole_dependents(task: NonNull<Task>) {
     // SAFETY: a barrier's payload is a `BarrierPayload`; the submitting
     // graph is the only one touching it.
     let p = unsafe { &mut *Task::payload_ptr::<BarrierPayload>(task) };
-    let (mut shared, mut chunk) = (SList::<ForkLink>::new(), SList::<QueueLink>::new());
-    // The chunk's last `PREFETCH_AHEAD` tasks, for the hints.
-    let mut recent = [None; PREFETCH_AHEAD];
+    let mut shared = SList::<ForkLink>::new();
+    let mut chunks = ReadyChunks::default();
     while let Some(d) = p.dependents.pop_front() {
         // SAFETY: a dependent outlives its barrier; the graph owns it.
         let dt = unsafe { d.as_ptr().as_ref() };
@@ -633,30 +736,118 @@ unsafe fn chunk_sole_dependents(task: NonNull<Task>) {
             // Made ready by the barrier's finish alone: the count is
             // spent now (nobody else will decrement it).
             dt.unfinished.set(0);
-            // The task `PREFETCH_AHEAD` places back (not the chunk's
-            // first, whose fork link the chunk list takes) points here.
-            #[allow(clippy::modulo_one)] // `PREFETCH_AHEAD` is 1 under loom
-            let slot = &mut recent[chunk.len() % PREFETCH_AHEAD];
-            if let Some(back) = slot.take().filter(|_| chunk.len() > PREFETCH_AHEAD) {
-                // SAFETY: a task of this chunk, out of every fork list.
-                unsafe { set_prefetch_hint(back, d.as_ptr()) };
-            }
-            *slot = Some(d.as_ptr());
             // SAFETY: out of the fork list (just popped) and its queue
             // link is free per contract.
-            chunk.push_back(unsafe { Handle::from_raw(d.into_raw()) });
-            if chunk.len() == CHUNK {
-                p.sole
-                    .append(&mut ExecutorState::chunk(std::mem::take(&mut chunk)));
-            }
+            unsafe { chunks.push(d.into_raw()) };
         } else {
             shared.push_back(d);
         }
     }
-    if !chunk.is_empty() {
-        p.sole.append(&mut ExecutorState::chunk(chunk));
-    }
+    p.sole.append(&mut chunks.finish());
     p.dependents = shared;
+}
+
+/// Ready tasks gathered into chunks in the injector's form (see
+/// `BarrierPayload::sole`), each task but a chunk's first carrying a
+/// prefetch hint `PREFETCH_AHEAD` places on in its chunk.
+#[derive(Default)]
+struct ReadyChunks {
+    done: SList<ForkLink>,
+    chunk: SList<QueueLink>,
+    /// The chunk's last `PREFETCH_AHEAD` tasks, for the hints.
+    recent: [Option<NonNull<Task>>; PREFETCH_AHEAD],
+}
+
+impl ReadyChunks {
+    /// Appends `task` to the current chunk.
+    ///
+    /// # Safety
+    /// The caller owns `task`, which is in no list (its queue and fork
+    /// links are free), and hands it over to the chunks.
+    unsafe fn push(&mut self, task: NonNull<Task>) {
+        // The task `PREFETCH_AHEAD` places back (not the chunk's first,
+        // whose fork link the chunk list takes) points here.
+        #[allow(clippy::modulo_one)] // `PREFETCH_AHEAD` is 1 under loom
+        let slot = &mut self.recent[self.chunk.len() % PREFETCH_AHEAD];
+        if let Some(back) = slot.take().filter(|_| self.chunk.len() > PREFETCH_AHEAD) {
+            // SAFETY: a task of this chunk, in no fork list.
+            unsafe { set_prefetch_hint(back, task) };
+        }
+        *slot = Some(task);
+        // SAFETY: per contract.
+        self.chunk.push_back(unsafe { Handle::from_raw(task) });
+        if self.chunk.len() == CHUNK {
+            self.done
+                .append(&mut ExecutorState::chunk(std::mem::take(&mut self.chunk)));
+        }
+    }
+
+    /// Every chunk, the last one closed.
+    fn finish(mut self) -> SList<ForkLink> {
+        if !self.chunk.is_empty() {
+            self.done
+                .append(&mut ExecutorState::chunk(std::mem::take(&mut self.chunk)));
+        }
+        std::mem::take(&mut self.done)
+    }
+}
+
+/// Frees the unsubmitted tasks of `chunks` (ready chunks in the
+/// injector's form) into `cache`, without running them.
+///
+/// # Safety
+/// The caller owns every task of the chunks, none submitted, all from
+/// `cache`'s pool; no borrow of the cache is held across the call.
+unsafe fn free_chunks<C: BlockSource + ?Sized>(cache: &mut C, mut chunks: SList<ForkLink>) {
+    while let Some(head) = chunks.pop_front().map(Handle::into_raw) {
+        // SAFETY: a chunk's chain of tasks we own, per contract.
+        let mut chunk = unsafe { SList::<QueueLink>::from_chain(head) };
+        while let Some(task) = chunk.pop_front().map(Handle::into_raw) {
+            // SAFETY: ours, unsubmitted: free it as `Graph::drop` does.
+            unsafe { free_unsubmitted(cache, task) };
+        }
+    }
+}
+
+/// Drops an unsubmitted task's payload and gives its block back.
+///
+/// # Safety
+/// The caller owns `task` (never handed to the executor), from `cache`'s
+/// pool; no borrow of the cache is held across the call.
+unsafe fn free_unsubmitted<C: BlockSource + ?Sized>(cache: &mut C, task: NonNull<Task>) {
+    // A capture whose `Drop` panicked has no task to fail (nothing ran):
+    // the error is dropped, and every other task is still freed. No borrow
+    // of the cache is held while the captures drop (they may build and
+    // drop graphs that borrow a lent cache themselves).
+    // SAFETY: owned per contract, the payload live until here.
+    let _ = unsafe { drop_payload(task) };
+    // SAFETY: the payload is gone; the block came from this cache's pool.
+    unsafe { release_block(cache, task) };
+}
+
+/// A fork/join's calls while [`Graph::fork_join`] makes them: freed with
+/// the join's block if it returns early (out of blocks) or `make` panics.
+struct Batch<'g, 'e> {
+    graph: &'g mut Graph<'e>,
+    join: NonNull<Task>,
+    chunks: ReadyChunks,
+    /// Handed over to the barrier (nothing left to free).
+    done: bool,
+}
+
+impl Drop for Batch<'_, '_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let chunks = std::mem::take(&mut self.chunks).finish();
+        // SAFETY: the batch's calls and join, made from the graph's cache
+        // and never handed out: ours alone.
+        unsafe {
+            free_chunks(&mut self.graph.cache, chunks);
+            free_unsubmitted(&mut self.graph.cache, self.join);
+        }
+    }
 }
 
 // The graph's errors, out of line: building a graph calls `check`,
@@ -693,17 +884,16 @@ impl Drop for Graph<'_> {
         // Not submitted (or already emptied by `submit`): free every task
         // without running it. They were never counted.
         while let Some(task) = self.tasks.pop_front() {
-            // SAFETY: the graph owns its unsubmitted tasks. A capture whose
-            // `Drop` panicked has no task to fail (nothing ran): the error
-            // is dropped, and every other task is still freed.
             let task = task.into_raw();
-            // SAFETY: as above; no borrow of the cache is held while the
-            // captures drop (they may build and drop graphs that borrow a
-            // lent cache themselves).
-            let _ = unsafe { drop_payload(task) };
-            // SAFETY: the payload is gone; the block came from this cache's
-            // pool.
-            unsafe { release_block(&mut self.cache, task) };
+            // A barrier's fork/join calls (`fork_join`) are in its ready
+            // chunks, not in the task list.
+            // SAFETY: the graph owns its unsubmitted tasks.
+            let sole = unsafe { take_sole(task) };
+            // SAFETY: as above; no borrow of the cache is held.
+            unsafe {
+                free_chunks(&mut self.cache, sole);
+                free_unsubmitted(&mut self.cache, task);
+            }
         }
         if self.owns_scope {
             // SAFETY: the graph's own clone, dropped once, here.
