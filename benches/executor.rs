@@ -59,8 +59,10 @@ fn fork_join_graph<'e>(exec: &'e Executor, scope: &Scope) -> Graph<'e> {
         *slot = Some(id);
     }
     let join = g.nop().unwrap();
-    for id in ids.into_iter().flatten() {
-        g.set_completion(id, join).unwrap();
+    // By reference: `into_iter().flatten()` moved the 24 KiB array three
+    // times, 8-9 us of a 40 us build that was the bench's, not fenceline's.
+    for id in ids.iter().flatten() {
+        g.set_completion(*id, join).unwrap();
     }
     g
 }
