@@ -476,7 +476,9 @@ impl<'e> Graph<'e> {
     /// once, already in the ready chunks the barrier releases (the calls
     /// get no ids, so no other edge can reach them). With `n` zero the
     /// join is simply forked from `barrier`. Closures are stored as in
-    /// `call`.
+    /// `call`. (The calls are not in the graph's task list either: a
+    /// [`join_from`](Self::join_from) over a run that holds them joins
+    /// their join task, which follows them.)
     ///
     /// Errors (nothing is added then, and the closures made so far are
     /// dropped): `InvalidArgument` if `barrier` is not a barrier of this
