@@ -1,5 +1,6 @@
 //! Scenario tests of the pending queue on the deterministic testing backend.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fenceline::queue::testing::TestingBackend;
@@ -168,7 +169,7 @@ fn drop_cancels_pending_actions() {
 /// submit stack.
 struct Held {
     issued: Arc<Mutex<Vec<Completion<Held>>>>,
-    dropped: Arc<std::sync::atomic::AtomicBool>,
+    dropped: Arc<AtomicBool>,
     release: Semaphore,
 }
 
@@ -188,8 +189,7 @@ impl Backend for Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.dropped
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.dropped.store(true, Ordering::SeqCst);
     }
 }
 
@@ -207,7 +207,7 @@ impl Drop for Held {
 #[test]
 fn the_state_outlives_issued_actions_and_is_freed_by_the_last() {
     let issued = Arc::new(Mutex::new(Vec::new()));
-    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dropped = Arc::new(AtomicBool::new(false));
     let out = [Semaphore::new(0), Semaphore::new(0)];
     let release = Semaphore::new(0);
     let q = PendingQueue::new(Held {
@@ -243,12 +243,12 @@ fn the_state_outlives_issued_actions_and_is_freed_by_the_last() {
         w.complete(Ok(()));
     }
     assert!(
-        !dropped.load(std::sync::atomic::Ordering::SeqCst),
+        !dropped.load(Ordering::SeqCst),
         "freed while an issued action still holds the state"
     );
     last.complete(Ok(()));
     assert!(
-        dropped.load(std::sync::atomic::Ordering::SeqCst),
+        dropped.load(Ordering::SeqCst),
         "the state outlived its last action"
     );
     for s in &out {
@@ -497,8 +497,8 @@ fn actions_made_with_the_callers_handles_that_escape_keep_their_semaphores() {
 /// every pass of the issuer ends with a request pending, as under a steady
 /// stream from another thread. Completes inline. Takes handed-off turns.
 struct Lockstep {
-    issued: std::sync::atomic::AtomicU64,
-    submitted: std::sync::atomic::AtomicU64,
+    issued: AtomicU64,
+    submitted: AtomicU64,
     last: u64,
     log: Mutex<Vec<u64>>,
     turns: Mutex<Vec<fenceline::queue::IssueTurn<Lockstep>>>,
@@ -507,7 +507,7 @@ struct Lockstep {
 impl Backend for Lockstep {
     type Payload = u64;
     fn issue(&self, work: Completion<Self>) {
-        use std::sync::atomic::Ordering::SeqCst;
+        use Ordering::SeqCst;
         let id = *work.payload();
         self.log.lock().unwrap().push(id);
         self.issued.store(id, SeqCst);
@@ -537,7 +537,7 @@ impl Backend for Lockstep {
 /// returns (the log assertion fails).
 #[test]
 fn a_submitter_hands_the_turn_off_under_a_steady_stream() {
-    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    use Ordering::SeqCst;
     const LAST: u64 = 200;
     assert_eq!(fenceline::queue::ISSUE_PASSES_BEFORE_HAND_OFF, 1);
     let q = Arc::new(
