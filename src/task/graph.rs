@@ -889,7 +889,8 @@ impl Drop for Graph<'_> {
             let task = task.into_raw();
             // A barrier's fork/join calls (`fork_join`) are in its ready
             // chunks, not in the task list.
-            // SAFETY: the graph owns its unsubmitted tasks.
+            // SAFETY: the graph owns its unsubmitted tasks (`take_sole`
+            // allows one never submitted).
             let sole = unsafe { take_sole(task) };
             // SAFETY: as above; no borrow of the cache is held.
             unsafe {

@@ -45,7 +45,8 @@ impl Kind for BarrierPayload {
 /// barrier (none otherwise), taken out of its payload.
 ///
 /// # Safety
-/// The caller owns `task`, which has finished running.
+/// The caller owns `task`, which has finished running or was never
+/// submitted (an unsubmitted graph freeing it, see `Graph::drop`).
 pub(crate) unsafe fn take_sole(task: NonNull<Task>) -> SList<ForkLink> {
     // SAFETY: owned per contract.
     if unsafe { task.as_ref() }.vtable.forks {
