@@ -10,7 +10,8 @@
 //!   1-tile executes (queue + executor; `_hops_only` times from the
 //!   gate's signal on, without the submissions); the floor,
 //!   `floor_cacheline_hop`: two threads spinning on one atomic, each hop
-//!   one hand-off of its cache line.
+//!   one hand-off of its cache line; `floor_cacheline_round_trip`: the
+//!   same, each element a round trip (the floor as issue 14 states it).
 //! - `chained_dispatches_200`: 200 executes of a 1024-tile dispatch (each
 //!   tile sums 256 floats and stores the sum), each waiting on the one
 //!   before through a semaphore, one host wait at the end; the peer, 200
@@ -196,6 +197,19 @@ fn chain(c: &mut Criterion) {
             for k in (0..N).step_by(2) {
                 turn.store(start + k + 1, Ordering::Release);
                 while turn.load(Ordering::Acquire) != start + k + 2 {
+                    std::hint::spin_loop();
+                }
+            }
+        })
+    });
+    // The floor as the issue states it: one round trip of the same line
+    // (we hand it over, the partner hands it back), per element.
+    group.bench_function("floor_cacheline_round_trip", |b| {
+        b.iter(|| {
+            let start = turn.load(Ordering::Acquire);
+            for k in 0..N {
+                turn.store(start + 2 * k + 1, Ordering::Release);
+                while turn.load(Ordering::Acquire) != start + 2 * k + 2 {
                     std::hint::spin_loop();
                 }
             }
