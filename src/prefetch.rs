@@ -5,7 +5,7 @@
 //! x86-64, under Miri and under loom.)
 
 /// Bytes per cache line on the targets the hints act on.
-const LINE: usize = 64;
+pub(crate) const LINE: usize = 64;
 
 /// Starts fetching the cache line holding `p` for writing.
 #[inline(always)]
@@ -28,15 +28,15 @@ pub(crate) fn write_line(p: *const u8) {
 }
 
 /// Starts fetching, for writing, every cache line that holds a byte of
-/// `start .. end` (nothing if `end <= start`).
+/// `base + from .. base + to`, where `base` is line-aligned: with constant
+/// offsets, a fixed number of hints and no loop.
 #[inline(always)]
-pub(crate) fn write_lines(start: *const u8, end: *const u8) {
-    let (start, end) = (start as usize, end as usize);
-    let mut line = start & !(LINE - 1);
-    while line < end {
-        // An address only, never dereferenced.
-        write_line(std::ptr::without_provenance::<u8>(line));
-        line += LINE;
+pub(crate) fn write_lines_at(base: *const u8, from: usize, to: usize) {
+    let mut off = from & !(LINE - 1);
+    while off < to {
+        // An address only (`wrapping_add`), never dereferenced.
+        write_line(base.wrapping_add(off));
+        off += LINE;
     }
 }
 
@@ -46,9 +46,9 @@ mod tests {
     #[test]
     fn hints_never_fault_and_change_nothing() {
         let bytes = [7u8; 200];
-        super::write_lines(bytes.as_ptr(), bytes.as_ptr().wrapping_add(200));
-        super::write_lines(std::ptr::null(), std::ptr::null::<u8>().wrapping_add(256));
         super::write_line(std::ptr::without_provenance(usize::MAX));
+        super::write_lines_at(bytes.as_ptr(), 0, 200);
+        super::write_lines_at(std::ptr::null(), 64, 256);
         assert!(bytes.iter().all(|&b| b == 7));
     }
 }

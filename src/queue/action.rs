@@ -294,26 +294,27 @@ impl<P> QueueAction<P> {
     /// Starts fetching, for writing, the lines a woken action's handling
     /// touches: its header, payload and first two entries (a chain step's
     /// wait and signal), its waiting-list links and its timepoint. A hint
-    /// (no access): `action` may be any address.
+    /// (no access): `action` need not be live, only line-aligned (checked
+    /// in debug builds).
     pub(crate) fn prefetch(action: NonNull<QueueAction<P>>) {
-        let a = action.as_ptr();
-        // Field addresses only (`wrapping_add` keeps within the same
-        // object or merely computes an address; nothing is dereferenced).
-        let entries = a
-            .cast::<u8>()
-            .wrapping_add(std::mem::offset_of!(QueueAction<P>, entries));
-        let links = a
-            .cast::<u8>()
-            .wrapping_add(std::mem::offset_of!(QueueAction<P>, waiting_links));
-        let timepoint_end = a.cast::<u8>().wrapping_add(
-            std::mem::offset_of!(QueueAction<P>, timepoint) + std::mem::size_of::<Timepoint>(),
-        );
-        crate::prefetch::write_lines(
-            a.cast::<u8>(),
-            entries.wrapping_add(2 * std::mem::size_of::<Entry>()),
-        );
-        crate::prefetch::write_lines(links, timepoint_end);
+        // Actions are at least line-aligned (the queue's pool aligns its
+        // blocks to 64 bytes or more), so the lines are known offsets and
+        // the loops below unroll into one hint per line.
+        debug_assert_eq!(action.as_ptr() as usize % crate::prefetch::LINE, 0);
+        let a = action.as_ptr().cast::<u8>().cast_const();
+        crate::prefetch::write_lines_at(a, 0, Self::PREFETCH_HOT_END);
+        crate::prefetch::write_lines_at(a, Self::PREFETCH_WAIT.0, Self::PREFETCH_WAIT.1);
     }
+
+    /// What `prefetch` fetches: the header, payload and first two entries
+    /// (`0 .. PREFETCH_HOT_END`), the waiting links and the timepoint
+    /// (`PREFETCH_WAIT`), as offsets in the action.
+    const PREFETCH_HOT_END: usize =
+        std::mem::offset_of!(QueueAction<P>, entries) + 2 * std::mem::size_of::<Entry>();
+    const PREFETCH_WAIT: (usize, usize) = (
+        std::mem::offset_of!(QueueAction<P>, waiting_links),
+        std::mem::offset_of!(QueueAction<P>, timepoint) + std::mem::size_of::<Timepoint>(),
+    );
 
     /// The lent state (`OWNED`, `LENT`, `KEPT`, `DONE`), borrowed alone:
     /// no reference to the rest of the action, which its backend may be
