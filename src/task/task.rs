@@ -36,8 +36,10 @@ pub(crate) enum Outcome {
 pub(crate) struct VTable {
     /// Runs (or re-runs) the payload.
     pub(crate) run: unsafe fn(NonNull<Task>, &mut Worker) -> Outcome,
-    /// Drops the payload (once, when the task is freed).
-    pub(crate) drop: unsafe fn(NonNull<Task>),
+    /// Drops the payload (once, when the task is freed); `None` when the
+    /// payload has no drop glue (a nop, a barrier), so that freeing it
+    /// makes no call and sets up no unwind guard.
+    pub(crate) drop: Option<unsafe fn(NonNull<Task>)>,
     /// Called instead of `run` when a predecessor failed (a fence fails
     /// its semaphore); most kinds do nothing.
     pub(crate) skip: unsafe fn(NonNull<Task>),

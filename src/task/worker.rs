@@ -1332,12 +1332,25 @@ pub(crate) unsafe fn set_prefetch_hint(task: NonNull<Task>, ahead: NonNull<Task>
 }
 
 /// Drops a task's payload, turning a panic in its `Drop` into an error.
+/// A payload with no drop glue (a nop, a barrier) costs a load and a test.
 ///
 /// # Safety
 /// The caller owns `task`, whose payload is live and dropped only here.
+#[inline]
 pub(crate) unsafe fn drop_payload(task: NonNull<Task>) -> Result<(), Error> {
     // SAFETY: owned per contract.
-    let drop = unsafe { task.as_ref() }.vtable.drop;
+    match unsafe { task.as_ref() }.vtable.drop {
+        None => Ok(()),
+        // SAFETY: forwarded contract; `drop` is the payload's.
+        Some(drop) => unsafe { drop_guarded(task, drop) },
+    }
+}
+
+/// `drop_payload` for a payload with drop glue, under an unwind guard.
+///
+/// # Safety
+/// As for `drop_payload`; `drop` is the task's vtable's.
+unsafe fn drop_guarded(task: NonNull<Task>, drop: unsafe fn(NonNull<Task>)) -> Result<(), Error> {
     let mut panicked = FirstPanic::default();
     // SAFETY: the vtable matches the payload, dropped once.
     panicked.run(|| unsafe { drop(task) });

@@ -57,7 +57,11 @@ pub(crate) fn vtable<K: Kind>() -> &'static VTable {
     impl<K: Kind> Table<K> {
         const VTABLE: VTable = VTable {
             run: K::run,
-            drop: drop_in_block::<K>,
+            drop: if std::mem::needs_drop::<K>() {
+                Some(drop_in_block::<K>)
+            } else {
+                None
+            },
             skip: K::skip,
             name: K::NAME,
             forks: K::FORKS,
