@@ -191,30 +191,21 @@ fn chain(c: &mut Criterion) {
             std::hint::spin_loop();
         })
     };
-    group.bench_function("floor_cacheline_hop", |b| {
-        b.iter(|| {
-            let start = turn.load(Ordering::Acquire);
-            for k in (0..N).step_by(2) {
-                turn.store(start + k + 1, Ordering::Release);
-                while turn.load(Ordering::Acquire) != start + k + 2 {
-                    std::hint::spin_loop();
-                }
+    // `trips` round trips of the line: we hand it over, the partner hands
+    // it back.
+    let round_trips = |trips: u64| {
+        let start = turn.load(Ordering::Acquire);
+        for k in 0..trips {
+            turn.store(start + 2 * k + 1, Ordering::Release);
+            while turn.load(Ordering::Acquire) != start + 2 * k + 2 {
+                std::hint::spin_loop();
             }
-        })
-    });
-    // The floor as the issue states it: one round trip of the same line
-    // (we hand it over, the partner hands it back), per element.
-    group.bench_function("floor_cacheline_round_trip", |b| {
-        b.iter(|| {
-            let start = turn.load(Ordering::Acquire);
-            for k in 0..N {
-                turn.store(start + 2 * k + 1, Ordering::Release);
-                while turn.load(Ordering::Acquire) != start + 2 * k + 2 {
-                    std::hint::spin_loop();
-                }
-            }
-        })
-    });
+        }
+    };
+    // N one-way hand-offs per iteration.
+    group.bench_function("floor_cacheline_hop", |b| b.iter(|| round_trips(N / 2)));
+    // The floor as the issue states it: N round trips per iteration.
+    group.bench_function("floor_cacheline_round_trip", |b| b.iter(|| round_trips(N)));
     turn.store(u64::MAX, Ordering::Release);
     partner.join().unwrap();
     group.finish();

@@ -897,7 +897,7 @@ impl<B: Backend> QueueState<B> {
             // for them (see ARCHITECTURE.md, A hop's lines fetched ahead).
             // (A successor of a linked node is linked in the same list.)
             // The last one's link is not read: it was not fetched yet, and
-            // a load of it would wait for the whole miss (a quarter of
+            // a load of it would wait for the whole miss (a fifth of
             // `drain_turn`'s samples, 2026-12-04).
             let mut ahead = issuer.waiting.next(action);
             for i in 1..=PREFETCH_WAITING {
