@@ -12,7 +12,7 @@ use super::kind::{
 };
 use super::scope::{Scope, ScopeInner};
 use super::task::ForkLink;
-use super::task::{QueueLink, Task};
+use super::task::{QueueLink, Task, TaskPtr};
 use super::worker::{
     drop_payload, release_block, set_prefetch_hint, ExecutorState, TaskPool, CHUNK, PREFETCH_AHEAD,
 };
@@ -109,6 +109,10 @@ pub struct Graph<'e> {
     roots: u32,
     /// Barriers (submission chunks their dependents).
     barriers: u32,
+    /// The last `PREFETCH_AHEAD` tasks created (slot `seq %
+    /// PREFETCH_AHEAD`): each new task becomes the prefetch hint of the
+    /// one made that many places before it (see `adopt`).
+    recent: [Option<TaskPtr>; PREFETCH_AHEAD],
     /// Task blocks for this graph.
     cache: GraphBlocks<'e>,
 }
@@ -191,6 +195,7 @@ impl<'e> Graph<'e> {
             count: 0,
             roots: 0,
             barriers: 0,
+            recent: [None; PREFETCH_AHEAD],
             cache,
         }
     }
@@ -237,6 +242,24 @@ impl<'e> Graph<'e> {
             self.barriers += u32::from(task.as_ref().vtable.forks);
             task.as_ref().seq.set(seq);
             self.tasks.push_back(Handle::from_raw(task));
+        }
+        // Creation order is most often run order (a chain, a pipeline's
+        // stages): the task made `PREFETCH_AHEAD` places before this one
+        // hints at it, so the worker that runs that one starts fetching
+        // this one's header (`Worker::run_tasks`), written on the building
+        // thread's core; a chain's hops then overlap their misses. Not on
+        // a task already in a barrier's list, whose fork link that is (a
+        // later `fork` of a hinted task overwrites the hint).
+        #[allow(clippy::modulo_one)] // `PREFETCH_AHEAD` is 1 under loom
+        let slot = &mut self.recent[seq as usize % PREFETCH_AHEAD];
+        if let Some(TaskPtr(back)) = slot.replace(TaskPtr(task)) {
+            // SAFETY: a task of this graph (not submitted while the graph
+            // can adopt), in no fork list (`forked` is false).
+            unsafe {
+                if !back.as_ref().forked.get() {
+                    set_prefetch_hint(back, task);
+                }
+            }
         }
         Ok(TaskId {
             task,
@@ -638,6 +661,8 @@ impl<'e> Graph<'e> {
             }
         }
         self.tasks = SList::new();
+        // The tasks are the executor's now: no later hint may touch them.
+        self.recent = [None; PREFETCH_AHEAD];
         // Every queue link is free now but those of `ready` and `barriers`:
         // a barrier's dependents that have no other predecessor (and are
         // not barriers, which `barriers` may link) go into ready chunks.
@@ -912,6 +937,65 @@ static_assertions::assert_impl_all!(Graph<'static>: Send);
 mod tests {
     use super::*;
     use crate::task::{Executor, ExecutorConfig};
+
+    /// Creation-order prefetch hints (`Graph::adopt`): each task points
+    /// at the task made `PREFETCH_AHEAD` places after it, but a task
+    /// already in a barrier's list keeps that list's link, and a task
+    /// forked after its hint was set has the list's link instead. Mutation
+    /// checked: without `adopt`'s `forked` check, the first dependent's
+    /// link points at a later task; that fails the link check (with the
+    /// link checks taken out, the run hangs: the barrier's list runs on
+    /// into the chain).
+    #[test]
+    fn tasks_hint_the_task_made_prefetch_ahead_places_later() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let exec = Executor::new(ExecutorConfig {
+            workers: 2,
+            ..Default::default()
+        })
+        .unwrap();
+        let scope = Scope::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let mut g = exec.graph(&scope);
+        let count = |g: &mut Graph<'_>| {
+            let runs = runs.clone();
+            g.call(move |_| {
+                runs.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap()
+        };
+        let (fork, other) = (g.barrier().unwrap(), g.barrier().unwrap());
+        // In the barrier's list (its last) before its hint would be set.
+        let early = count(&mut g);
+        g.fork(fork, early).unwrap();
+        // Hinted first, forked once the hint is set.
+        let late = count(&mut g);
+        let n = 2 * PREFETCH_AHEAD + 3;
+        let rest: Vec<TaskId> = (0..n).map(|_| count(&mut g)).collect();
+        let all: Vec<NonNull<Task>> = g.tasks.iter().collect();
+        for (i, &t) in all.iter().enumerate() {
+            // SAFETY: a task of the graph, not submitted.
+            let hint = unsafe { crate::list::links_next::<ForkLink>(t) };
+            if t == early.task {
+                assert_eq!(hint, None, "the forked task's link is its list's");
+            } else {
+                assert_eq!(hint, all.get(i + PREFETCH_AHEAD).copied(), "task {i}");
+            }
+        }
+        g.fork(other, late).unwrap();
+        // SAFETY: as above.
+        let late_link = unsafe { crate::list::links_next::<ForkLink>(late.task) };
+        assert_eq!(late_link, None, "a fork takes the hinted task's link");
+        // Every task runs once: the hints are never followed as links.
+        for w in rest.windows(2) {
+            g.set_completion(w[0], w[1]).unwrap();
+        }
+        g.submit();
+        scope.wait_idle(std::time::Duration::from_secs(10)).unwrap();
+        assert_eq!(runs.load(Ordering::Relaxed), n + 2);
+    }
 
     /// The prefetch hints of a barrier's ready chunks: each task but a
     /// chunk's first points `PREFETCH_AHEAD` places on in its own chunk, and

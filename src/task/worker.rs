@@ -1093,6 +1093,13 @@ impl Worker {
         loop {
             // SAFETY: a ready task is owned by the worker running it.
             let t = unsafe { task.as_ref() };
+            // Its fork link holds a prefetch hint or nothing: a barrier's
+            // dependent leaves the barrier's list, a chunk's head the
+            // chunk list, before either can run (see `set_prefetch_hint`).
+            // SAFETY: ours, and no list links it through that field.
+            if let Some(ahead) = unsafe { crate::list::links_next::<ForkLink>(task) } {
+                Task::prefetch(ahead);
+            }
             // Decrements held for another join go out first: this task may
             // run long (or block), and the join does not wait for it.
             if let Some((held, _)) = self.held_join {
@@ -1325,8 +1332,10 @@ unsafe fn walk_chunk(head: NonNull<Task>) -> SList<QueueLink> {
 pub(crate) const PREFETCH_AHEAD: usize = if cfg!(fenceline_loom) { 1 } else { 8 };
 
 /// Points `task`'s free fork link at `ahead`, a task further on in the
-/// same ready chunk: the chunk's walker prefetches it, so the walk's misses
-/// overlap instead of following one another. A hint only: nobody
+/// same ready chunk (the chunk's walker prefetches it, so the walk's misses
+/// overlap instead of following one another) or, at build, the task made
+/// `PREFETCH_AHEAD` places after it in its graph (the worker that starts
+/// `task` prefetches it: a chain's next headers). A hint only: nobody
 /// dereferences it, and any list that takes the link overwrites it.
 ///
 /// # Safety
