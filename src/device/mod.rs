@@ -69,9 +69,9 @@ pub struct CpuConfig {
     pub workers: usize,
     /// Queues (at least 1).
     pub queues: usize,
-    /// Idle workers spin briefly before parking: a short backoff, then
-    /// about 50 us of yielding (lower latency for work that comes back
-    /// soon, more CPU while idle). See [`ExecutorConfig::spin`](crate::task::ExecutorConfig::spin).
+    /// Idle workers spin briefly before parking: about 4 us polling for
+    /// work, then about 50 us of yielding (lower latency for work that
+    /// comes back soon, more CPU while idle). See [`ExecutorConfig::spin`](crate::task::ExecutorConfig::spin).
     pub spin: bool,
 }
 

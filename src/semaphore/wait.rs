@@ -37,8 +37,8 @@ static WAIT_YIELD_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU6
 /// and its wake-up cost 5-20 us of latency, so a wait that ends soon after
 /// it starts is cheaper yielding, at the price of a core kept busy.
 ///
-/// - `Duration::ZERO`: park right after a short backoff (well under a
-///   microsecond of spinning): least CPU, one futex wake of latency.
+/// - `Duration::ZERO`: park right after a short backoff (about 3 us of
+///   spinning, then four yields): least CPU, one futex wake of latency.
 /// - `Duration::MAX`: never park (the wait yields until its value or its
 ///   timeout): least latency, one core kept busy; for a latency-critical
 ///   thread that owns its core.

@@ -16,9 +16,10 @@ use crate::sync::{liveness, started, Arc};
 pub struct ExecutorConfig {
     /// Worker threads; 0 means the available parallelism.
     pub workers: usize,
-    /// Spin briefly before parking an idle worker: a short backoff, then
-    /// about 50 us of yielding (lower wake latency for work that comes
-    /// back soon, more CPU while idle; the yields let other threads run).
+    /// Spin briefly before parking an idle worker: about 4 us polling for
+    /// work, then about 50 us of yielding (lower wake latency for work
+    /// that comes back soon, more CPU while idle; the yields let other
+    /// threads run).
     pub spin: bool,
 }
 

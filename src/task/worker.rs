@@ -579,7 +579,25 @@ impl Drop for Worker {
     }
 }
 
-/// How long an idle worker keeps yielding (after its backoff) before it
+/// How long an idle worker polls the executor's epoch before it starts
+/// yielding, when the executor spins: a read between single `pause`s
+/// (until something is published the line stays in this core's cache, so
+/// polling costs the other cores nothing), so work published meanwhile is
+/// seen one `pause` and one miss after it lands. Longer than a chain's usual gap between
+/// two pieces of work (a dispatch's frame to the next: 1-2 us on the
+/// project's VM). The exponential backoff it replaced
+/// (`crossbeam_utils::Backoff::snooze`, about as long) read at gaps of up
+/// to 64 `pause`s, 1.6 us here (a `pause` takes 25 ns): a dispatch's
+/// second worker joined its frame 1.3 us after the first (0.6 us now), and
+/// a spinning worker's first tile came 0.42-0.45 us after the `execute`
+/// (0.29-0.31 us now; BENCHMARKS.md, 2026-12-04 midnight). A host wait
+/// keeps its backoff: polling there too made a prebuilt 1024-way
+/// fork/join 4-5% slower (its waiting thread is a third thread on two
+/// cores), so it was not kept.
+#[cfg(not(fenceline_loom))]
+const SPIN_POLLING: std::time::Duration = std::time::Duration::from_micros(4);
+
+/// How long an idle worker keeps yielding (after it polled) before it
 /// parks, when the executor spins: work that comes back within it (a
 /// graph built on another thread, the next frame) finds the worker awake,
 /// with no futex wake (5-20 us on the project's VM) on either side. A
@@ -883,11 +901,19 @@ impl Worker {
         let epoch = shared.sleep.epoch();
         #[cfg(not(fenceline_loom))]
         if shared.spin {
-            let backoff = crossbeam_utils::Backoff::new();
-            while !backoff.is_completed() {
-                backoff.snooze();
-                if shared.sleep.epoch() != epoch {
-                    return true;
+            // Poll the epoch with one `pause` between reads (see
+            // `SPIN_POLLING`), then yield.
+            let since = Instant::now();
+            loop {
+                for _ in 0..32 {
+                    if shared.sleep.epoch() != epoch {
+                        return true;
+                    }
+                    std::hint::spin_loop();
+                }
+                // The clock is read once a batch (about 0.8 us).
+                if since.elapsed() >= SPIN_POLLING {
+                    break;
                 }
             }
             let since = Instant::now();
