@@ -909,7 +909,7 @@ impl Worker {
                     if shared.sleep.epoch() != epoch {
                         return true;
                     }
-                    std::hint::spin_loop();
+                    crate::sync::hint::spin_loop();
                 }
                 // The clock is read once a batch (about 0.8 us).
                 if since.elapsed() >= SPIN_POLLING {
