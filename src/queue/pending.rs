@@ -336,7 +336,7 @@ impl<B: Backend> PendingQueue<B> {
             // `drain`, before its handling can finish it.
             id = action.as_ptr() as u64;
             trace::flow_out(id);
-            shared.drain(1, Some(First::New(action, lend)));
+            shared.drain_turn(1, Some(First::New(action, lend)), true);
         } else {
             // SAFETY: not lent.
             let action = unsafe {
@@ -785,14 +785,21 @@ impl<B: Backend> QueueState<B> {
         let seen = shared.requests.load(Ordering::Acquire);
         // Counted by the turn's new holder (the issuer writes it alone).
         Self::add(&shared.hand_offs, 1);
-        shared.drain_turn(seen, None, false);
+        shared.drain_outlined(seen, None, false);
     }
 
     /// Runs passes as the issuer until the turn is given back with no
     /// request left; `first`, an action the caller holds (a new one, or one
     /// just woken), is handled before the first pass.
     fn drain(&self, seen: usize, first: Option<First<B>>) {
-        self.drain_turn(seen, first, true);
+        self.drain_outlined(seen, first, true);
+    }
+
+    /// [`drain_turn`](Self::drain_turn), not inlined: every caller but a
+    /// direct submission shares this copy.
+    #[inline(never)]
+    fn drain_outlined(&self, seen: usize, first: Option<First<B>>, may_hand_off: bool) {
+        self.drain_turn(seen, first, may_hand_off);
     }
 
     /// `drain`; `may_hand_off`: after its own action and
@@ -800,6 +807,10 @@ impl<B: Backend> QueueState<B> {
     /// the turn is offered to the backend (once, if it wants it here), and
     /// if it takes it this returns without giving the turn back: the
     /// backend's thread drains on.
+    ///
+    /// Inlined into a direct submission (see [`PendingQueue::submit`]):
+    /// the call and the loop's prologue were a measurable part of it.
+    #[inline(always)]
     fn drain_turn(&self, mut seen: usize, mut first: Option<First<B>>, mut may_hand_off: bool) {
         let _pass = PassDepth::enter(self.this.as_ptr().cast_const().cast());
         let mut panicked = FirstPanic::default();
