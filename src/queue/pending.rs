@@ -726,6 +726,7 @@ impl<B: Backend> QueueState<B> {
     /// # Safety
     /// The caller is the issuer, inside the `submit` that made `action`
     /// (`lent`: made `LENT`); `escaped`: it did not finish on this thread.
+    #[inline(always)]
     unsafe fn settle(
         &self,
         issuer: &mut IssuerState<B::Payload>,
@@ -734,11 +735,26 @@ impl<B: Backend> QueueState<B> {
         escaped: bool,
     ) {
         issuer.lend = !escaped;
-        if !(escaped && lent) {
-            // Finished and freed here, or owned (then it may be finished
-            // and freed on another thread by now: not touched).
-            return;
+        // Otherwise finished and freed here, or owned (then it may be
+        // finished and freed on another thread by now: not touched).
+        if escaped && lent {
+            // SAFETY: forwarded contract.
+            unsafe { self.keep_escaped(issuer, action) };
         }
+    }
+
+    /// `settle` for a lent action that escaped (out of line: the common
+    /// direct submission finishes inside).
+    ///
+    /// # Safety
+    /// As `settle`, for a lent action that escaped.
+    #[cold]
+    #[inline(never)]
+    unsafe fn keep_escaped(
+        &self,
+        issuer: &mut IssuerState<B::Payload>,
+        action: NonNull<Action<B>>,
+    ) {
         // SAFETY: a lent action is freed by its submitter unless it was
         // kept first, so it is alive until below. (Its state alone: the
         // backend may be using the rest of it on another thread.)
