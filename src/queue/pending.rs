@@ -801,21 +801,16 @@ impl<B: Backend> QueueState<B> {
         let seen = shared.requests.load(Ordering::Acquire);
         // Counted by the turn's new holder (the issuer writes it alone).
         Self::add(&shared.hand_offs, 1);
-        shared.drain_outlined(seen, None, false);
+        shared.drain_turn(seen, None, false);
     }
 
     /// Runs passes as the issuer until the turn is given back with no
     /// request left; `first`, an action the caller holds (a new one, or one
-    /// just woken), is handled before the first pass.
-    fn drain(&self, seen: usize, first: Option<First<B>>) {
-        self.drain_outlined(seen, first, true);
-    }
-
-    /// [`drain_turn`](Self::drain_turn), not inlined: every caller but a
-    /// direct submission shares this copy.
+    /// just woken), is handled before the first pass. Not inlined: its
+    /// callers share this copy (a direct submission inlines `drain_turn`).
     #[inline(never)]
-    fn drain_outlined(&self, seen: usize, first: Option<First<B>>, may_hand_off: bool) {
-        self.drain_turn(seen, first, may_hand_off);
+    fn drain(&self, seen: usize, first: Option<First<B>>) {
+        self.drain_turn(seen, first, true);
     }
 
     /// `drain`; `may_hand_off`: after its own action and
