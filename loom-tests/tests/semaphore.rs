@@ -451,9 +451,11 @@ fn abandon_racing_fail_fires_or_hands_back_exactly_once() {
 // the other thread's signal may be firing it. Also catches `wait_any`
 // answering a higher index than the lowest reached one (found by this
 // model: `b`'s registration answered `Reached` and the wait returned 1
-// although `a`, registered before, was reached too). Mutation checked:
-// the wait not waiting for a fired node's `done` before giving it back:
-// the callback unparks a wait that is over (loom's notify asserts).
+// although `a`, registered before, was reached too). The wait never waits
+// for a fired node's callback: the later of the two gives it back.
+// Mutation checked: the wait giving a fired node back without looking at
+// the callback's mark: the node is given back twice ("use after free: a
+// pooled value (released twice)").
 #[test]
 fn wait_any_gives_up_the_node_it_no_longer_needs() {
     loom::model(|| {

@@ -29,14 +29,19 @@ fn poll<F: Future>(f: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
     f.poll(&mut Context::from_waker(w))
 }
 
-// Catches: a callback touching a dropped future (the drop returned while
-// the signaller's callback still used the node: the crate's liveness
-// check, under the model checker, panics in the callback), and a
-// timepoint left registered after the drop (the second signal would fire
-// it). The drop abandons the timepoint (never waits for the signaller)
-// unless it fired. Mutation checked: the drop's wait for `done` after a
-// failed abandon removed: the callback's liveness check panics ("use
-// after free: a wait_async future's node ...").
+// Catches: a callback touching a dropped future's node after it was
+// given back (the crate's liveness check, under the model checker, panics
+// in the callback), a node given back twice (the pool's liveness check),
+// and a timepoint left registered after the drop (the second signal would
+// fire it). The drop abandons the timepoint unless the firing claimed it;
+// then it sets its mark and returns (never waits): the later of the drop
+// and the callback gives the node back. Mutations checked: the drop
+// giving the node back after a failed abandon without looking at the
+// callback's mark ("use after free: a pooled value (released twice)");
+// the callback writing its outcome after its mark (loom: a causality
+// violation on the outcome's cell, the future having freed the node);
+// the callback giving the node back whatever the drop's mark says
+// ("released twice").
 #[test]
 fn a_dropped_wait_future_is_never_touched_by_the_signal() {
     loom::model(|| {
@@ -90,5 +95,46 @@ fn a_new_waker_racing_the_signal_is_woken_or_sees_the_outcome() {
                 assert!(matches!(poll(f.as_mut(), &w2), Poll::Ready(Ok(()))));
             }
         }
+    });
+}
+
+// Catches, with two futures in one batch and the second dropped while
+// another thread's signal claims and fires them: a node freed while its
+// callback still uses it, or freed twice, or never (the wake counts and a
+// node reused afterwards). The dropped future's waker may be woken at most
+// once (a drop racing its callback), the kept one exactly once. Mutations
+// checked: the drop giving the node back whatever the callback's mark
+// says, and the callback giving it back whatever the drop's mark says
+// (each: "use after free: a pooled value (released twice)").
+#[test]
+fn a_drop_racing_the_fire_gives_the_node_back_once() {
+    loom::model(|| {
+        let s = Semaphore::new(0);
+        let (kept, w1) = waker();
+        let (dropped, w2) = waker();
+        let mut f1 = Box::pin(s.wait_async(1));
+        let mut f2 = Box::pin(s.wait_async(1));
+        assert!(poll(f1.as_mut(), &w1).is_pending());
+        assert!(poll(f2.as_mut(), &w2).is_pending());
+        let signaller = {
+            let s = s.clone();
+            thread::spawn(move || s.signal(1).unwrap())
+        };
+        drop(f2);
+        signaller.join().unwrap();
+        assert!(matches!(poll(f1.as_mut(), &w1), Poll::Ready(Ok(()))));
+        assert_eq!(kept.0.load(Ordering::SeqCst), 1);
+        assert!(dropped.0.load(Ordering::SeqCst) <= 1);
+        drop(f1);
+        // The nodes are back in the pool, once each: two new futures get
+        // two distinct nodes that work.
+        let mut g1 = Box::pin(s.wait_async(2));
+        let mut g2 = Box::pin(s.wait_async(2));
+        assert!(poll(g1.as_mut(), &w1).is_pending());
+        assert!(poll(g2.as_mut(), &w2).is_pending());
+        s.signal(2).unwrap();
+        assert!(matches!(poll(g1.as_mut(), &w1), Poll::Ready(Ok(()))));
+        assert!(matches!(poll(g2.as_mut(), &w2), Poll::Ready(Ok(()))));
+        assert_eq!(s.timepoints_registered(), 0);
     });
 }

@@ -436,6 +436,8 @@ impl BlockPool {
     /// `value` came from this pool's `acquire_value`, which gave `index`;
     /// nothing uses it after this (it is released once).
     pub(crate) unsafe fn release_value<T>(&self, value: NonNull<T>, index: u32) {
+        // Under the model checker: a value released twice fails here.
+        crate::sync::liveness::check(value.as_ptr(), "a pooled value (released twice)");
         crate::sync::liveness::died(value.as_ptr());
         // SAFETY: initialized by `acquire_value` and dropped once
         // (contract).

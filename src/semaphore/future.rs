@@ -5,14 +5,20 @@
 //! [`AtomicWaker`]-style slot for the waker of the task that polls it.
 //! The first poll checks the value, takes a node, stores the waker and
 //! registers the timepoint; the timepoint's callback, on the thread that
-//! signals, takes the waker out, publishes the outcome and marks the node
-//! done (its last access), then wakes the task, and the future gives the
-//! node back when it sees `done`. Dropping the future before that
-//! abandons the timepoint (`Semaphore::abandon`: never waits for another
-//! thread; the semaphore hands the node back later, and never wakes the
-//! task); if the callback is already firing, the drop waits the few
-//! instructions until it is done with the node, so no waker is called
-//! after the drop returns.
+//! signals, takes the waker out, publishes the outcome and sets its mark
+//! on the node ([`LaterFrees`]: its last access), then wakes the task, and
+//! the future gives the node back when it sees the mark.
+//!
+//! Dropping the future never waits for another thread. Before the
+//! timepoint fired, the drop abandons it (`Semaphore::abandon`: the
+//! semaphore hands the node back later, and never wakes the task). If the
+//! semaphore's firing pass has claimed it already (its callback queued
+//! behind others of the same batch, maybe on this very thread, or
+//! running), the drop sets its own mark and returns: whichever of the
+//! callback and the drop marks second gives the node back. A callback
+//! that sees the drop's mark does not wake the task; one that marked
+//! first may wake it once while a drop on another thread returns (a
+//! spurious wake-up, which every waker allows).
 //!
 //! Waker replacement (a poll with another task's waker) races the
 //! callback safely: the slot's state word lets exactly one of the two own
@@ -26,11 +32,11 @@ use std::pin::Pin;
 use std::ptr::NonNull;
 use std::task::{Context, Poll, Waker};
 
-use super::node_pool;
+use super::node_pool::{self, LaterFrees};
 use super::semaphore::{Registration, Semaphore};
 use super::timepoint::Timepoint;
 use crate::error::Error;
-use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::{liveness, UnsafeCell};
 
 /// No one holds the waker slot.
@@ -115,11 +121,11 @@ struct Node {
     /// First field: the callback gets a pointer to it and casts back.
     tp: Timepoint,
     waker: AtomicWaker,
-    /// The callback's outcome, written before `done` is set.
+    /// The callback's outcome, written before its mark in `end`.
     result: UnsafeCell<Option<Result<(), Error>>>,
-    /// Set by the callback as its last access to the node when it fires
-    /// (Release).
-    done: AtomicBool,
+    /// The callback's and the future's marks: the later one gives the
+    /// node back.
+    end: LaterFrees,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -139,9 +145,10 @@ enum State {
 /// nodes' pool is warm: its timepoint is a pooled node, so the future is
 /// `Unpin` and may be moved between polls. Polling it with a different
 /// waker replaces the stored one. Dropping it before it resolves gives
-/// its registration up without waiting for any thread: its waker is never
-/// called afterwards (if the semaphore is firing it at that moment, the
-/// drop waits the few instructions the callback still needs).
+/// its registration up without waiting for any thread, also from inside
+/// a waker that the same signal is running: its waker is not called after
+/// a drop that came first; a drop on another thread racing the firing may
+/// see one spurious wake-up after it returns.
 #[must_use = "futures do nothing unless polled"]
 pub struct WaitFuture<'a> {
     semaphore: &'a Semaphore,
@@ -153,7 +160,7 @@ pub struct WaitFuture<'a> {
 
 // SAFETY: the node is touched by the polling thread (through `&mut self`)
 // and by the callback only under the protocol above (the timepoint's
-// claim, the waker slot's state word, then `done`); `Timepoint` and
+// claim, the waker slot's state word, then `end`); `Timepoint` and
 // `Waker` are `Send`, and `Semaphore` is `Sync`.
 unsafe impl Send for WaitFuture<'_> {}
 
@@ -170,9 +177,10 @@ impl std::fmt::Debug for WaitFuture<'_> {
 /// the task, or hand back an abandoned node.
 ///
 /// # Safety
-/// `tp` is the `tp` field of a live pooled `Node`. Unless abandoned, its
-/// future keeps it until `done` is set (its drop waits for that);
-/// abandoned, the node is the callback's.
+/// `tp` is the `tp` field of a live pooled `Node`. Unless abandoned, the
+/// node stays alive until the callback's mark (`end`), or longer if its
+/// future dropped first (then the callback gives it back); abandoned, the
+/// node is the callback's.
 unsafe fn wake(tp: NonNull<Timepoint>, result: Result<(), Error>) {
     let node = tp.cast::<Node>().as_ptr();
     // SAFETY: alive (contract).
@@ -187,17 +195,25 @@ unsafe fn wake(tp: NonNull<Timepoint>, result: Result<(), Error>) {
     }
     // Field projections, not `&Node`: the poller reads other fields
     // meanwhile.
-    // SAFETY: alive until `done` is set (contract).
+    // SAFETY: alive until our mark (contract).
     let waker = unsafe { (*std::ptr::addr_of!((*node).waker)).take() };
-    // Under the model checker: the drop may run right here; it must still
-    // wait for `done`.
-    liveness::check(node, "a wait_async future (its callback running)");
-    // SAFETY: as above; the poller reads `result` only after seeing `done`.
+    // Under the model checker: the drop may run right here; the node must
+    // stay alive until our mark.
+    liveness::check(node, "a wait_async future's node (its outcome written)");
+    // SAFETY: as above; the poller reads `result` only after our mark.
     unsafe { &*std::ptr::addr_of!((*node).result) }.with_mut(|r| unsafe { *r = Some(result) });
-    // Release: the outcome, to the poller that sees `done`. After this
-    // store the node may be freed: not touched again.
+    // Our last access unless the future dropped first: after this mark the
+    // future may free the node.
     // SAFETY: as above.
-    unsafe { &*std::ptr::addr_of!((*node).done) }.store(true, Ordering::Release);
+    if unsafe { &*std::ptr::addr_of!((*node).end) }.fire() {
+        // Dropped first: the node is ours to give back, and nobody awaits
+        // the outcome (the waker is dropped unwoken).
+        // SAFETY: from the pool with its timepoint's index; the future
+        // gave it up; not used after.
+        unsafe { node_pool::release(tp.cast::<Node>(), (*node).tp.pool_index()) };
+        drop(waker);
+        return;
+    }
     if let Some(w) = waker {
         w.wake();
     }
@@ -252,17 +268,18 @@ impl WaitFuture<'_> {
         self.node.map_or(std::ptr::null_mut(), NonNull::as_ptr)
     }
 
-    /// The callback's outcome, once `done` is seen; the node then goes
+    /// The callback's outcome, once its mark is seen; the node then goes
     /// back to the pool.
     fn outcome(&mut self) -> Option<Result<(), Error>> {
         let node = self.node?;
         let p = node.as_ptr();
-        // SAFETY: the node is ours until we release it; `done` is atomic.
-        if !unsafe { &*std::ptr::addr_of!((*p).done) }.load(Ordering::Acquire) {
+        // SAFETY: the node is ours until we release it or drop it; `end`
+        // is atomic.
+        if !unsafe { &*std::ptr::addr_of!((*p).end) }.fired() {
             return None;
         }
-        // SAFETY: the callback wrote it before `done` (acquired above) and
-        // never touches the node again.
+        // SAFETY: the callback wrote it before its mark (acquired above)
+        // and, the future not dropped, never touches the node again.
         let r = unsafe { &*std::ptr::addr_of!((*p).result) }.with_mut(|r| unsafe { (*r).take() });
         self.give_back(node);
         Some(r.unwrap_or(Ok(())))
@@ -300,7 +317,7 @@ impl Future for WaitFuture<'_> {
                     tp: Timepoint::abandonable(value, wake, std::ptr::null()).in_block(index),
                     waker: AtomicWaker::new(),
                     result: UnsafeCell::new(None),
-                    done: AtomicBool::new(false),
+                    end: LaterFrees::new(),
                 }) {
                     Ok(node) => node,
                     Err(e) => {
@@ -348,8 +365,8 @@ impl Future for WaitFuture<'_> {
                 // its own protocol.
                 unsafe { &*std::ptr::addr_of!((*node).waker) }.register(cx.waker());
                 // Looked at again after storing the waker: a callback that
-                // took the old waker before we stored this one has set
-                // `done` by now or will wake the new one.
+                // took the old waker before we stored this one has set its
+                // mark by now or will wake the new one.
                 match this.outcome() {
                     Some(r) => {
                         this.state = State::Done;
@@ -366,7 +383,7 @@ impl Future for WaitFuture<'_> {
 
 impl Drop for WaitFuture<'_> {
     fn drop(&mut self) {
-        let Some(node) = self.node else { return };
+        let Some(node) = self.node.take() else { return };
         // SAFETY: registered on this semaphore (`Pending`), or never
         // registered (a waker's `clone` panicked first) or caught by a
         // panic unwinding out of `register` (another timepoint's
@@ -374,16 +391,19 @@ impl Drop for WaitFuture<'_> {
         // abandoned before, valid until its callback runs.
         if unsafe { self.semaphore.abandon(node.cast::<Timepoint>()) } {
             // It will never fire; the semaphore hands the node back.
-            self.node = None;
             return;
         }
-        // It fired: the callback owns the node until it sets `done`, a few
-        // instructions after it was unlinked: wait for that.
-        // SAFETY: `done` is atomic, read through the node pointer.
-        while !unsafe { &*std::ptr::addr_of!((*node.as_ptr()).done) }.load(Ordering::Acquire) {
-            crate::sync::thread::yield_now();
+        // It fired, or the firing pass claimed it and its callback is yet
+        // to run (maybe on this thread, behind the waker that is dropping
+        // us): never wait for it. Whichever of us marks second gives the
+        // node back.
+        // SAFETY: alive until both marks are set (ours is not); `end` is
+        // atomic.
+        if unsafe { &*std::ptr::addr_of!((*node.as_ptr()).end) }.drop_owner() {
+            // SAFETY: the callback is done with it and the future gave it
+            // up: ours, from the pool with this index.
+            unsafe { node_pool::release(node, (*node.as_ptr()).tp.pool_index()) };
         }
-        self.give_back(node);
     }
 }
 

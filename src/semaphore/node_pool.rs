@@ -16,6 +16,7 @@ use std::ptr::NonNull;
 
 use crate::error::Error;
 use crate::pool::{BlockPool, BlockPoolConfig};
+use crate::sync::atomic::{AtomicU8, Ordering};
 
 /// Bytes of one block: room for the largest node (a future's).
 #[cfg(not(fenceline_loom))]
@@ -85,4 +86,60 @@ pub(crate) fn acquire<T>(make: impl FnOnce(u32) -> T) -> Result<NonNull<T>, Erro
 pub(crate) unsafe fn release<T>(node: NonNull<T>, index: u32) {
     // SAFETY: forwarded contract.
     unsafe { pool().release_value(node, index) };
+}
+
+/// `LaterFrees`: the timepoint's callback is done with the node.
+const FIRED: u8 = 1;
+/// `LaterFrees`: the node's owner (a future, a host wait) gave it up.
+const DROPPED: u8 = 2;
+
+/// Who gives a fired node back: its callback and its owner each set a
+/// mark when they are done with it, and whichever sets its mark second
+/// (seeing the other's) hands the node back to the pool. So an owner that
+/// ends while the semaphore's firing pass holds its timepoint (claimed,
+/// its callback not yet run, maybe queued behind other callbacks on the
+/// owner's own thread) returns at once instead of waiting for the
+/// callback, and the callback never touches a node its owner freed.
+///
+/// Both marks are read-modify-writes with acquire-release ordering: the
+/// second acquires the first's release, so whoever frees the node sees
+/// every write the other made to it (the callback's outcome; the owner's
+/// last use). Neither side touches the node after setting its mark unless
+/// it saw the other's.
+pub(crate) struct LaterFrees(AtomicU8);
+
+impl LaterFrees {
+    pub(crate) fn new() -> LaterFrees {
+        LaterFrees(AtomicU8::new(0))
+    }
+
+    /// The callback's last step on the node: `true` if the owner gave it
+    /// up first, and the caller must now hand it back; `false`: the owner
+    /// will (the caller must not touch the node again).
+    #[must_use = "`true` means the node is the caller's to give back"]
+    pub(crate) fn fire(&self) -> bool {
+        self.0.fetch_or(FIRED, Ordering::AcqRel) & DROPPED != 0
+    }
+
+    /// The owner gives the node up without waiting: `true` if the
+    /// callback was done already, and the caller must now hand it back;
+    /// `false`: the callback will (the caller must not touch the node
+    /// again).
+    #[must_use = "`true` means the node is the caller's to give back"]
+    pub(crate) fn drop_owner(&self) -> bool {
+        self.0.fetch_or(DROPPED, Ordering::AcqRel) & FIRED != 0
+    }
+
+    /// Whether the callback is done (for the owner, which has not dropped
+    /// the node): acquires what it wrote before its mark.
+    pub(crate) fn fired(&self) -> bool {
+        self.0.load(Ordering::Acquire) & FIRED != 0
+    }
+
+    /// As [`fired`](Self::fired), with a read-modify-write: it reads the
+    /// latest mark in the word's order, which a parked host wait needs
+    /// after a wake-up (the model checker's unpark orders no memory).
+    pub(crate) fn fired_latest(&self) -> bool {
+        self.0.fetch_or(0, Ordering::AcqRel) & FIRED != 0
+    }
 }

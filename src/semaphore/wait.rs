@@ -8,19 +8,24 @@
 //! the pool is warm. The semaphores' values stay the source of truth: a
 //! timepoint only wakes the thread, which re-checks, so spurious wake-ups
 //! are harmless. A wait that ends before a timepoint fired abandons it
-//! (`Semaphore::abandon`: never waits for another thread).
+//! (`Semaphore::abandon`: never waits for another thread); one that ends
+//! while the semaphore's firing pass holds it (claimed, its callback not
+//! run yet) leaves the node to the callback ([`LaterFrees`]: whichever
+//! of the two is done second gives it back), so no wait ever waits for
+//! another thread's callbacks. The node, not the waiting thread's stack,
+//! holds what the callback needs (a handle to the thread to unpark).
 
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use super::node_pool;
+use super::node_pool::{self, LaterFrees};
 use super::semaphore::{Registration, Semaphore};
 use super::timeout::Timeout;
 use super::timepoint::Timepoint;
 use crate::error::{Error, ErrorKind};
-use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::liveness;
 use crate::sync::thread::{self, Thread};
+use crate::sync::UnsafeCell;
 
 /// Semaphores one wait can watch without touching the heap.
 pub const INLINE_WAITS: usize = 8;
@@ -188,23 +193,19 @@ fn check(list: &[(&Semaphore, u64)], mode: Mode) -> Option<Result<usize, Error>>
     (mode == Mode::All && all).then_some(Ok(0))
 }
 
-/// The waiting thread, shared by its timepoints.
-struct Waiter {
-    thread: Thread,
-    /// Set by a callback before it unparks the thread; the thread reads it
-    /// with a read-modify-write after each park, which orders the signal
-    /// before its re-check however the platform's unpark orders memory
-    /// (std's does; the model checker's does not).
-    woken: AtomicBool,
-}
-
 /// One timepoint of a host wait, in the wait nodes' pool.
 #[repr(C)]
 struct WaitNode {
     /// First field: the callback gets a pointer to it and casts back.
     tp: Timepoint,
-    /// Set by the callback as its last access to the node when it fires.
-    done: AtomicBool,
+    /// The waiting thread: taken out by the callback before its mark, so
+    /// that it unparks the thread without touching the node (or anything
+    /// of the waiter's) again.
+    thread: UnsafeCell<Option<Thread>>,
+    /// The callback's and the wait's marks: the later one gives the node
+    /// back. The callback's mark also tells the waiter (with a
+    /// read-modify-write after each park) that it was woken.
+    end: LaterFrees,
 }
 
 /// A wait's hold on one node.
@@ -226,9 +227,10 @@ impl Slot {
 /// abandoned node.
 ///
 /// # Safety
-/// `tp` is the `tp` field of a live `WaitNode`. Unless abandoned, its
-/// context is a live `Waiter` (the waiting thread keeps both until `done`
-/// is set); abandoned, the node is the callback's.
+/// `tp` is the `tp` field of a live `WaitNode`. Unless abandoned, the node
+/// stays alive until the callback's mark, or longer if the wait ended
+/// first (then the callback gives it back); abandoned, the node is the
+/// callback's.
 unsafe fn wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     let node = tp.cast::<WaitNode>();
     // SAFETY: alive (contract).
@@ -240,16 +242,24 @@ unsafe fn wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
         unsafe { node_pool::release(node, tp.as_ref().pool_index()) };
         return;
     }
-    // SAFETY: both alive until `done` is set below (contract).
-    let waiter = unsafe { &*tp.as_ref().context().cast::<Waiter>() };
-    let thread = waiter.thread.clone();
-    waiter.woken.store(true, Ordering::Release);
-    // Release: the waiter may return (and free the node) once it sees this;
-    // after this store we touch neither the node nor the waiter.
-    // SAFETY: as above. A field projection, not `&WaitNode`: the waiter
-    // writes the node's other, non-atomic fields meanwhile.
-    unsafe { &*std::ptr::addr_of!((*node.as_ptr()).done) }.store(true, Ordering::Release);
-    thread.unpark();
+    // SAFETY: alive until our mark (contract). A field projection, not
+    // `&WaitNode`: the waiter reads `end` meanwhile.
+    let thread = unsafe { &*std::ptr::addr_of!((*node.as_ptr()).thread) }
+        .with_mut(|t| unsafe { (*t).take() });
+    // SAFETY: as above. Our last access unless the wait ended first.
+    if unsafe { &*std::ptr::addr_of!((*node.as_ptr()).end) }.fire() {
+        // The wait ended first (timed out, or another semaphore decided
+        // it): nobody to wake; the node is ours to give back.
+        // SAFETY: from the pool with its timepoint's index; the wait gave
+        // it up; not used after.
+        unsafe { node_pool::release(node, (*node.as_ptr()).tp.pool_index()) };
+        return;
+    }
+    // The waiter may have returned by now: a stray unpark only makes one
+    // later park of that thread return early, which every park allows.
+    if let Some(t) = thread {
+        t.unpark();
+    }
 }
 
 fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result<usize, Error> {
@@ -291,10 +301,7 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
             }
         }
     }
-    let waiter = Waiter {
-        thread: thread::current(),
-        woken: AtomicBool::new(false),
-    };
+    let me = thread::current();
     let mut inline = [Slot::EMPTY; INLINE_WAITS];
     let mut heap: Vec<Slot> = Vec::new();
     let slots: &mut [Slot] = if list.len() <= INLINE_WAITS {
@@ -304,7 +311,7 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
         &mut heap[..]
     };
     let held = Held { list, slots };
-    park_until(list, held.slots, &waiter, mode, timeout, deadline)
+    park_until(list, held.slots, &me, mode, timeout, deadline)
     // `held` gives the nodes back here, also on unwinding.
 }
 
@@ -333,16 +340,16 @@ fn node_tp(node: NonNull<WaitNode>) -> NonNull<Timepoint> {
 fn park_until(
     list: &[(&Semaphore, u64)],
     slots: &mut [Slot],
-    waiter: &Waiter,
+    me: &Thread,
     mode: Mode,
     timeout: Timeout,
     deadline: Option<Instant>,
 ) -> Result<usize, Error> {
-    let context = (waiter as *const Waiter).cast::<()>();
     for (i, ((sem, value), slot)) in list.iter().zip(slots.iter_mut()).enumerate() {
         let node = node_pool::acquire(|index| WaitNode {
-            tp: Timepoint::abandonable(*value, wake, context).in_block(index),
-            done: AtomicBool::new(false),
+            tp: Timepoint::abandonable(*value, wake, std::ptr::null()).in_block(index),
+            thread: UnsafeCell::new(Some(me.clone())),
+            end: LaterFrees::new(),
         })?;
         slot.node = Some(node);
         // Marked before the call: if a panic unwinds out of it (another
@@ -367,8 +374,17 @@ fn park_until(
         }
     }
     loop {
-        // See `Waiter::woken` (the value matters only for its ordering).
-        let _ = waiter.woken.swap(false, Ordering::AcqRel);
+        // Each fired node's mark, read with a read-modify-write: orders a
+        // callback's signal before the re-check below however the
+        // platform's unpark orders memory (std's does; the model
+        // checker's does not). The value matters only for that ordering.
+        for slot in slots.iter().filter(|s| s.registered) {
+            if let Some(node) = slot.node {
+                // SAFETY: ours until `unregister` (the callback never frees
+                // it while the wait has not given it up).
+                let _ = unsafe { &*std::ptr::addr_of!((*node.as_ptr()).end) }.fired_latest();
+            }
+        }
         if let Some(done) = check(list, mode) {
             return done;
         }
@@ -385,24 +401,24 @@ fn park_until(
     }
 }
 
-/// Gives every node back: abandons each registered one (never waits for
-/// the semaphore; the semaphore hands it back later), except one whose
-/// callback fired: that one is done with it after a few instructions
-/// (waited for here), then it goes back to the pool like the unregistered
-/// ones.
+/// Gives every node back without waiting for any thread: abandons each
+/// registered one that has not fired (the semaphore hands it back later);
+/// one that fired or is firing is left to its callback unless the callback
+/// is done with it ([`LaterFrees`]); the unregistered ones go back to the
+/// pool here.
 fn unregister(list: &[(&Semaphore, u64)], slots: &[Slot]) {
     for ((sem, _), slot) in list.iter().zip(slots) {
         let Some(node) = slot.node else { continue };
-        // SAFETY: registered on `sem` (`Pending`), not abandoned before,
-        // and valid until its callback runs.
-        if slot.registered && unsafe { sem.abandon(node_tp(node)) } {
-            continue;
-        }
         if slot.registered {
-            // It fired: the callback owns the node until it sets `done`.
-            // SAFETY: valid until we release it; `done` is atomic.
-            while !unsafe { &(*node.as_ptr()).done }.load(Ordering::Acquire) {
-                crate::sync::thread::yield_now();
+            // SAFETY: registered on `sem` (`Pending`), not abandoned
+            // before, and valid until its callback runs.
+            if unsafe { sem.abandon(node_tp(node)) } {
+                continue;
+            }
+            // It fired or is about to: the later of us gives it back.
+            // SAFETY: alive until both marks are set (ours is not).
+            if !unsafe { &*std::ptr::addr_of!((*node.as_ptr()).end) }.drop_owner() {
+                continue;
             }
         }
         // SAFETY: acquired by this wait; no semaphore or callback uses it
