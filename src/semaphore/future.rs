@@ -223,7 +223,12 @@ impl Semaphore {
     /// A future that resolves when the value is `>= value` (`Ok`) or the
     /// semaphore fails (its error). Works with any executor (it needs only
     /// a [`Waker`]), allocates nothing, and is cancel-safe: dropping it
-    /// before it resolves leaves nothing registered.
+    /// before it resolves leaves nothing registered, and never waits for
+    /// any thread, also when the drop runs inside a waker that this
+    /// semaphore's own signal is running (a waker cancelling a sibling):
+    /// a future dropped before its signal's callback reached it is never
+    /// woken; one dropped on another thread while the callback runs may
+    /// be woken once more (a spurious wake-up).
     ///
     /// # Errors
     ///

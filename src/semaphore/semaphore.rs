@@ -480,10 +480,16 @@ impl Semaphore {
     /// The one semaphore operation that may wait for another thread: while
     /// a signal, a failure or a registration works on the list (O(k + 1)
     /// list work; callbacks run after it), so that `tp` is unlinked before
-    /// this returns. Host waits, `wait_async` futures and expiring wait
-    /// tasks never call it: they give their timepoints up with
-    /// [`abandon`](Self::abandon), which never waits. The pending queue
-    /// calls it only when it is torn down or fails.
+    /// this returns. It never waits for a callback: `false` leaves the
+    /// timepoint to a callback that is running or queued to run (the
+    /// caller must not reuse it until the callback is done with it).
+    /// Host waits, `wait_async` futures and expiring wait tasks never
+    /// call it: they give their timepoints up with
+    /// [`abandon`](Self::abandon), which never waits, and when a firing
+    /// has claimed the timepoint first they leave its memory to the
+    /// callback (whichever of the two is done second gives it back)
+    /// rather than wait for it. The pending queue calls it only when it is
+    /// torn down or fails.
     ///
     /// # Safety
     /// `tp` is valid and was registered on this semaphore (or never

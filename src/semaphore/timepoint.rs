@@ -28,7 +28,12 @@
 //!   until the thread holding the list's turn unlinks it, which then runs
 //!   the callback once more to hand the memory back: the callback sees
 //!   [`is_abandoned`](Timepoint::is_abandoned) and must only free it.
-//! - `false`: it fired or is firing (as `cancel`'s `false`).
+//! - `false`: it fired or is firing (as `cancel`'s `false`). The callback
+//!   may still be queued behind others on the signalling thread, which
+//!   may be the caller's own: an owner must not wait for it there. The
+//!   crate's own owners (host waits, `wait_async` futures) mark the
+//!   timepoint's memory given up and let the callback free it if it has
+//!   not finished yet.
 //!
 //! Exactly one of the two happens: a firing claims the timepoint with a
 //! CAS, and so does `abandon`.

@@ -75,6 +75,10 @@ impl Semaphore {
     /// Blocks until the value is `>= value` (Ok), the semaphore fails (its
     /// error), or `timeout` elapses (`DeadlineExceeded`, never earlier).
     ///
+    /// Ending the wait never waits for another thread: a timepoint it no
+    /// longer needs is given up at once, also one that a signal's firing
+    /// pass holds at that moment (its callback gives the memory back).
+    ///
     /// # Errors
     ///
     /// - The semaphore's failure (its own kind), if it failed before or
