@@ -59,7 +59,9 @@ mod unwind;
 
 #[cfg(feature = "cuda")]
 pub use device::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel, KernelArg};
-pub use device::{Buffer, CommandBuffer, CpuConfig, Device, DeviceStats, Queue};
+pub use device::{
+    Binding, Buffer, CommandBuffer, CpuConfig, Device, DeviceStats, Queue, TileIo, BUFFER_ALIGN,
+};
 pub use error::{Error, ErrorKind};
 #[cfg(feature = "trace")]
 pub use trace::Trace;

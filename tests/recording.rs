@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fenceline::{CpuConfig, Device, ErrorKind, Semaphore, Tile};
+use fenceline::{Binding, CpuConfig, Device, ErrorKind, Semaphore, Tile, TileIo};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -48,13 +48,22 @@ fn fresh_recordings_every_frame_read_back_exactly() {
         cb.barrier().unwrap();
         cb.copy(&a, 0, &b, 0, 32).unwrap();
         cb.barrier().unwrap();
-        let (s, bb) = (sum.clone(), b.clone());
-        cb.dispatch([8, 1, 1], move |t: &Tile| {
-            let mut byte = [0u8];
-            bb.read(t.workgroup_id[0] as usize, &mut byte)?;
-            s.fetch_add(u64::from(byte[0]), Ordering::Relaxed);
-            Ok(())
-        })
+        let s = sum.clone();
+        // The dispatch reads `b` through a binding: the action holds `b`
+        // for writing (the stages before write it), so a host read from
+        // inside its own dispatch would be refused.
+        cb.dispatch_with(
+            [8, 1, 1],
+            &[Binding::read(&b)],
+            move |t: &Tile, io: &TileIo<'_>| {
+                let bytes: &[u8] = io.read(0)?;
+                s.fetch_add(
+                    u64::from(bytes[t.workgroup_id[0] as usize]),
+                    Ordering::Relaxed,
+                );
+                Ok(())
+            },
+        )
         .unwrap();
         cb.end().unwrap();
         queue.execute(&[], &[(&done, frame)], &[&cb]).unwrap();
@@ -236,6 +245,8 @@ fn a_recording_larger_than_its_first_chunk_reads_back_exactly() {
         for chunk in 0..16 {
             let at = chunk * 4096;
             cb.update(&data[at..at + 4096], &buf, at).unwrap();
+            // Each update writes `buf`: one stage each.
+            cb.barrier().unwrap();
         }
         cb.end().unwrap();
         queue.execute(&[], &[(&done, round)], &[&cb]).unwrap();
@@ -271,7 +282,15 @@ fn a_capture_panicking_in_drop_at_completion_fails_nothing() {
     let (gate, done) = (Semaphore::new(0), Semaphore::new(0));
     let others: Vec<Semaphore> = (0..4).map(|_| Semaphore::new(0)).collect();
     let mut other = device.command_buffer().unwrap();
-    other.fill(&buf, 0, 4, &[1]).unwrap();
+    // Read only: the four unordered submissions of it may run at once
+    // (a write would make all but one fail, by the hold rule).
+    other
+        .dispatch_with(
+            [1, 1, 1],
+            &[Binding::read(&buf)],
+            |_: &Tile, io: &TileIo<'_>| io.read::<u8>(0).map(|_| ()),
+        )
+        .unwrap();
     other.end().unwrap();
     for round in 1..=200u64 {
         let mut cb = device.command_buffer().unwrap();

@@ -41,8 +41,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fenceline::{
-    wait_all, wait_any, Buffer, CommandBuffer, CpuConfig, Device, Error, ErrorKind, Queue,
-    Semaphore, Tile, Timeout,
+    wait_all, wait_any, Binding, Buffer, CommandBuffer, CpuConfig, Device, Error, ErrorKind, Queue,
+    Semaphore, Tile, TileIo, Timeout,
 };
 
 // ---------------------------------------------------------------------------
@@ -1345,7 +1345,21 @@ fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
             })
             .unwrap();
         shared.barrier().unwrap();
-        shared.fill(&world.shared_buf, 0, 16, &[0xA5]).unwrap();
+        // Every run reads the shared buffer through a binding: unordered
+        // runs on every thread read it at once (readers share its hold).
+        world.shared_buf.write(0, &[0xA5; 16]).unwrap();
+        shared
+            .dispatch_with(
+                [1, 1, 1],
+                &[Binding::read(&world.shared_buf)],
+                |_: &Tile, io: &TileIo<'_>| {
+                    if io.read::<u8>(0)? != [0xA5; 16] {
+                        return Err(Error::new(ErrorKind::Internal, "the shared buffer changed"));
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
         shared.end().unwrap();
     }
 
@@ -1718,8 +1732,10 @@ fn check(ctx: &str, world: &World, probes: &[Probe]) -> Stats {
     );
     let mut bytes = [0u8; 16];
     world.shared_buf.read(0, &mut bytes).unwrap();
-    let fill = if shared_runs > 0 { 0xA5 } else { 0 };
-    assert_eq!(bytes, [fill; 16], "{ctx}: the shared command buffer's fill");
+    assert_eq!(
+        bytes, [0xA5; 16],
+        "{ctx}: the shared buffer, read by every run"
+    );
     for p in probes {
         check_probe(ctx, world, p);
     }

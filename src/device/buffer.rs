@@ -1,18 +1,36 @@
 //! `Buffer`: device memory; for the CPU device, host memory; for the CUDA
 //! device, `cuMemAlloc` memory.
+//!
+//! A CPU-device buffer's bytes are plain memory (aligned to
+//! [`BUFFER_ALIGN`]), read and written with `memcpy`/`memset` and through
+//! dispatch bindings as typed slices. No data race is reachable from safe
+//! code: every user of the bytes holds the buffer's [`Hold`] word for the
+//! span of its use (an action from its issue to just before it signals,
+//! shared where it only reads; a host `read` or `write` for the copy), and
+//! a conflicting user fails instead of touching them.
 
+use std::alloc::Layout;
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::ptr::NonNull;
 use std::sync::Arc;
 
+use super::hold::{Access, Hold};
 use crate::error::{Error, ErrorKind};
+
+/// Alignment of a CPU-device buffer's first byte: a cache line, enough
+/// for every primitive type and SIMD vectors up to 512 bits.
+pub const BUFFER_ALIGN: usize = 64;
 
 /// A buffer of device memory. Cheap to clone (a handle); `Send + Sync`.
 ///
 /// Command buffers write it on the device's queues; [`read`](Self::read)
-/// copies it out. Bytes are stored as relaxed atomics, so a read that races
-/// with a write is not undefined behaviour (it sees old or new bytes); order
-/// them with semaphores to see a submission's result.
+/// and [`write`](Self::write) copy it out and in from the host. On the CPU
+/// device its bytes are plain memory that dispatches see as typed slices
+/// ([`Binding`](super::Binding)); whoever uses them holds the buffer (an
+/// action while it runs, a host copy while it copies), and a use that
+/// conflicts with a holder (either one writes) fails with
+/// [`FailedPrecondition`](ErrorKind::FailedPrecondition) instead of
+/// racing. Order work with semaphores to see a submission's result.
 #[derive(Clone)]
 pub struct Buffer {
     mem: Mem,
@@ -20,9 +38,128 @@ pub struct Buffer {
 
 #[derive(Clone)]
 enum Mem {
-    Host(Arc<[AtomicU8]>),
+    Host(Arc<HostMem>),
     #[cfg(feature = "cuda")]
     Cuda(Arc<super::cuda::driver::DeviceMem>),
+}
+
+/// A CPU-device buffer's bytes and hold word.
+pub(crate) struct HostMem {
+    ptr: NonNull<u8>,
+    len: usize,
+    hold: Hold,
+    /// The device that made it (its recording pool's address): command
+    /// buffers of other devices refuse it.
+    device: usize,
+}
+
+// SAFETY: the bytes are reached only through the hold protocol (module
+// docs): a writer alone, readers together; the word's acquire/release
+// orders each user's accesses after the previous holders'.
+unsafe impl Send for HostMem {}
+// SAFETY: as above.
+unsafe impl Sync for HostMem {}
+
+impl HostMem {
+    fn zeroed(len: usize, device: usize) -> Result<HostMem, Error> {
+        let layout = Layout::from_size_align(len, BUFFER_ALIGN).map_err(|_| too_large(len))?;
+        // SAFETY: `len > 0` (checked by `Buffer::new`).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| too_large(len))?;
+        Ok(HostMem {
+            ptr,
+            len,
+            hold: Hold::new(),
+            device,
+        })
+    }
+
+    /// The hold word.
+    pub(crate) fn hold(&self) -> &Hold {
+        &self.hold
+    }
+
+    /// The bytes `range`, for a reader.
+    ///
+    /// # Safety
+    /// The caller holds the buffer (any access) for the slice's life, and
+    /// `range` is in bounds.
+    pub(crate) unsafe fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
+        debug_assert!(range.start <= range.end && range.end <= self.len);
+        // SAFETY: in bounds (contract); no writer while the caller holds.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(range.start), range.len()) }
+    }
+
+    /// The bytes `range`, for a writer.
+    ///
+    /// # Safety
+    /// The caller holds the buffer for writing and no other reference to
+    /// these bytes lives while the slice does (within an action: the
+    /// command's stage touches them through no other command, and a
+    /// dispatch hands each tile a disjoint chunk), and `range` is in
+    /// bounds.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn bytes_mut(&self, range: std::ops::Range<usize>) -> &mut [u8] {
+        debug_assert!(range.start <= range.end && range.end <= self.len);
+        // SAFETY: in bounds and unaliased (contract).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(range.start), range.len()) }
+    }
+
+    /// The first byte (for copies within one buffer, which may overlap).
+    fn base(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Runs `f` holding the buffer for `access`, or fails naming it.
+    fn held<R>(&self, access: Access, f: impl FnOnce() -> R) -> Result<R, Error> {
+        if !self.hold.try_take(access) {
+            return Err(conflict(self, access, "the host"));
+        }
+        let r = f();
+        self.hold.give_back(access);
+        Ok(r)
+    }
+}
+
+impl Drop for HostMem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout (valid then).
+        unsafe {
+            std::alloc::dealloc(
+                self.ptr.as_ptr(),
+                Layout::from_size_align_unchecked(self.len, BUFFER_ALIGN),
+            )
+        }
+    }
+}
+
+/// The error of a hold that met a conflicting holder: names the buffer
+/// (its address and length) and who wanted it.
+pub(crate) fn conflict(mem: &HostMem, access: Access, who: &str) -> Error {
+    let what = match access {
+        Access::Read => "read",
+        Access::Write => "write",
+    };
+    Error::new(
+        ErrorKind::FailedPrecondition,
+        format!(
+            "buffer {:p} ({} bytes): {who} would {what} it while a running action {} it \
+             (order the two with a semaphore)",
+            mem.ptr,
+            mem.len,
+            match access {
+                Access::Read => "writes",
+                Access::Write => "uses",
+            }
+        ),
+    )
+}
+
+fn too_large(len: usize) -> Error {
+    Error::new(
+        ErrorKind::ResourceExhausted,
+        format!("buffer of {len} bytes: out of host memory"),
+    )
 }
 
 impl fmt::Debug for Buffer {
@@ -32,7 +169,8 @@ impl fmt::Debug for Buffer {
 }
 
 impl Buffer {
-    pub(crate) fn new(len: usize) -> Result<Buffer, Error> {
+    /// A zeroed CPU-device buffer of `device` (see `HostMem::device`).
+    pub(crate) fn new(len: usize, device: usize) -> Result<Buffer, Error> {
         if len == 0 {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -40,7 +178,7 @@ impl Buffer {
             ));
         }
         Ok(Buffer {
-            mem: Mem::Host((0..len).map(|_| AtomicU8::new(0)).collect()),
+            mem: Mem::Host(Arc::new(HostMem::zeroed(len, device)?)),
         })
     }
 
@@ -77,7 +215,7 @@ impl Buffer {
     /// ```
     pub fn len(&self) -> usize {
         match &self.mem {
-            Mem::Host(b) => b.len(),
+            Mem::Host(m) => m.len,
             #[cfg(feature = "cuda")]
             Mem::Cuda(m) => m.len,
         }
@@ -95,6 +233,8 @@ impl Buffer {
     ///
     /// - [`OutOfRange`](ErrorKind::OutOfRange) if
     ///   `offset..offset + out.len()` does not fit in the buffer.
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) for a CPU
+    ///   buffer that a running action writes (nothing is copied).
     /// - [`Internal`](ErrorKind::Internal) for a CUDA buffer, if the driver
     ///   fails to make the context current or to copy.
     ///
@@ -113,21 +253,71 @@ impl Buffer {
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
         let range = self.range(offset, out.len())?;
         match &self.mem {
-            Mem::Host(bytes) => {
-                for (o, b) in out.iter_mut().zip(&bytes[range]) {
-                    *o = b.load(Ordering::Relaxed);
-                }
-                Ok(())
-            }
+            Mem::Host(m) => m.held(Access::Read, || {
+                // SAFETY: held for reading; in bounds (checked above).
+                out.copy_from_slice(unsafe { m.bytes(range) })
+            }),
             #[cfg(feature = "cuda")]
             Mem::Cuda(m) => m.read(offset, out),
         }
     }
 
-    /// Host bytes of a CPU-device buffer (`None` for device memory).
-    pub(crate) fn host(&self) -> Option<&[AtomicU8]> {
+    /// Copies `data` into the buffer at `offset` (host side, synchronous;
+    /// for a CUDA buffer, a synchronous host-to-device copy).
+    ///
+    /// # Errors
+    ///
+    /// Nothing is written when this returns an error:
+    ///
+    /// - [`OutOfRange`](ErrorKind::OutOfRange) if
+    ///   `offset..offset + data.len()` does not fit in the buffer.
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) for a CPU
+    ///   buffer that a running action reads or writes.
+    /// - [`Internal`](ErrorKind::Internal) for a CUDA buffer, if the driver
+    ///   fails to make the context current or to copy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::{Device, ErrorKind};
+    ///
+    /// let buf = Device::cpu()?.buffer(8)?;
+    /// buf.write(4, &[1, 2, 3, 4])?;
+    /// let mut out = [0; 8];
+    /// buf.read(0, &mut out)?;
+    /// assert_eq!(out, [0, 0, 0, 0, 1, 2, 3, 4]);
+    /// assert_eq!(buf.write(6, &[9; 4]).unwrap_err().kind(), ErrorKind::OutOfRange);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
+        let range = self.range(offset, data.len())?;
         match &self.mem {
-            Mem::Host(b) => Some(b),
+            Mem::Host(m) => m.held(Access::Write, || {
+                // SAFETY: held for writing (no other user); in bounds.
+                unsafe { m.bytes_mut(range) }.copy_from_slice(data)
+            }),
+            #[cfg(feature = "cuda")]
+            Mem::Cuda(m) => m.write(offset, data),
+        }
+    }
+
+    /// Whether an action or a host copy holds the buffer right now (a CPU
+    /// buffer; `false` for device memory): for tests proving that holds
+    /// are given back.
+    #[doc(hidden)]
+    pub fn is_held(&self) -> bool {
+        self.host().is_some_and(|m| m.hold().is_held())
+    }
+
+    /// The CPU device that made the buffer (`None` for device memory).
+    pub(crate) fn host_device(&self) -> Option<usize> {
+        self.host().map(|m| m.device)
+    }
+
+    /// A CPU-device buffer's memory (`None` for device memory).
+    pub(crate) fn host(&self) -> Option<&Arc<HostMem>> {
+        match &self.mem {
+            Mem::Host(m) => Some(m),
             #[cfg(feature = "cuda")]
             Mem::Cuda(_) => None,
         }
@@ -175,40 +365,77 @@ impl Buffer {
         }
     }
 
-    fn host_bytes(&self) -> Result<&[AtomicU8], Error> {
+    /// Identity of the buffer's memory (the same for every handle).
+    pub(crate) fn id(&self) -> *const () {
+        match &self.mem {
+            Mem::Host(m) => Arc::as_ptr(m).cast(),
+            #[cfg(feature = "cuda")]
+            Mem::Cuda(m) => Arc::as_ptr(m).cast(),
+        }
+    }
+
+    fn host_mem(&self) -> Result<&HostMem, Error> {
         self.host()
+            .map(|m| &**m)
             .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "a CUDA buffer used in CPU work"))
     }
 
-    pub(crate) fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
-        for (b, d) in self.host_bytes()?[offset..offset + data.len()]
-            .iter()
-            .zip(data)
-        {
-            b.store(*d, Ordering::Relaxed);
+    /// Writes `data` at `offset`, inside an action.
+    ///
+    /// # Safety
+    /// The caller's action holds the buffer for writing, and no other
+    /// command of its stage touches it (the recording's checks); the range
+    /// was checked at record time.
+    pub(crate) unsafe fn write_held(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
+        let m = self.host_mem()?;
+        // SAFETY: per contract.
+        unsafe { m.bytes_mut(offset..offset + data.len()) }.copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `offset` with `pattern`, inside an action.
+    ///
+    /// # Safety
+    /// As for [`write_held`](Self::write_held).
+    pub(crate) unsafe fn fill_held(
+        &self,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<(), Error> {
+        let m = self.host_mem()?;
+        // SAFETY: per contract.
+        let bytes = unsafe { m.bytes_mut(offset..offset + len) };
+        match pattern {
+            [b] => bytes.fill(*b),
+            _ => {
+                for chunk in bytes.chunks_exact_mut(pattern.len()) {
+                    chunk.copy_from_slice(pattern);
+                }
+            }
         }
         Ok(())
     }
 
-    pub(crate) fn fill(&self, offset: usize, len: usize, pattern: &[u8]) -> Result<(), Error> {
-        for (i, b) in self.host_bytes()?[offset..offset + len].iter().enumerate() {
-            b.store(pattern[i % pattern.len()], Ordering::Relaxed);
-        }
-        Ok(())
-    }
-
-    pub(crate) fn copy_to(
+    /// Copies `len` bytes to `dst`, inside an action (the ranges may
+    /// overlap when `dst` is this buffer).
+    ///
+    /// # Safety
+    /// The caller's action holds this buffer (for reading at least) and
+    /// `dst` for writing, and no other command of its stage writes this
+    /// one or touches `dst`; the ranges were checked at record time.
+    pub(crate) unsafe fn copy_held(
         &self,
         src_offset: usize,
         dst: &Buffer,
         dst_offset: usize,
         len: usize,
     ) -> Result<(), Error> {
-        let src = &self.host_bytes()?[src_offset..src_offset + len];
-        let dst = &dst.host_bytes()?[dst_offset..dst_offset + len];
-        for (s, d) in src.iter().zip(dst) {
-            d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
+        let (src, dst) = (self.host_mem()?, dst.host_mem()?);
+        debug_assert!(src_offset + len <= src.len && dst_offset + len <= dst.len);
+        // SAFETY: both ranges in bounds (contract); `copy` allows overlap;
+        // no other user of `dst`'s range or writer of `src`'s (contract).
+        unsafe { std::ptr::copy(src.base().add(src_offset), dst.base().add(dst_offset), len) };
         Ok(())
     }
 }

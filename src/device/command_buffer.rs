@@ -70,6 +70,14 @@ impl fmt::Debug for CommandBuffer {
     }
 }
 
+/// A bound dispatch's bindings in its recording's arena, as its closure
+/// reaches them.
+struct BoundTable(std::ptr::NonNull<[super::binding::Bound]>);
+// SAFETY: the bindings are buffer handles (`Send + Sync`), only read.
+unsafe impl Send for BoundTable {}
+// SAFETY: as above.
+unsafe impl Sync for BoundTable {}
+
 impl CommandBuffer {
     pub(crate) fn new(pool: &Arc<RecordingPool>, one_shot: bool) -> Result<CommandBuffer, Error> {
         Ok(CommandBuffer {
@@ -80,7 +88,10 @@ impl CommandBuffer {
     /// Checks that `buffer` is memory of this command buffer's device.
     fn check_buffer(&self, buffer: &Buffer) -> Result<(), Error> {
         let ok = match &self.recording.pool().target {
-            Target::Cpu => buffer.host().is_some(),
+            Target::Cpu => {
+                let pool: *const super::recording::RecordingPool = &**self.recording.pool();
+                buffer.host_device() == Some(pool as usize)
+            }
             #[cfg(feature = "cuda")]
             Target::Cuda(shared) => buffer.on_context(&shared.ctx),
         };
@@ -353,7 +364,127 @@ impl CommandBuffer {
         // An unsized coercion of the pointer: the closure stays in the
         // recording's arena, owned by the command.
         let f: std::ptr::NonNull<super::recording::TileFn> = f;
-        self.record(Command::Dispatch { grid, f, run })
+        self.record(Command::Dispatch {
+            grid,
+            f,
+            run,
+            bindings: None,
+        })
+    }
+
+    /// Records a dispatch of `f` over `grid` whose tiles read and write
+    /// device buffers: `f` gets each tile and a [`TileIo`](super::TileIo)
+    /// with the `bindings`' memory. A [`Binding::read`](super::Binding::read)
+    /// buffer is the same `&[T]` for every tile; a
+    /// [`Binding::write_chunks`](super::Binding::write_chunks) buffer gives
+    /// tile `i` ([`Tile::linear_id`]) the bytes
+    /// `[i * chunk, (i + 1) * chunk)` as `&mut [T]`.
+    ///
+    /// While its action runs it holds every bound buffer (see
+    /// [`Buffer`]); a submission that would run it while another action
+    /// uses a buffer it writes (or writes one it reads) fails with
+    /// `FailedPrecondition` instead of running.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is recorded when this returns an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument): a grid whose tile
+    ///   count overflows; more than [`MAX_BINDINGS`](super::MAX_BINDINGS)
+    ///   bindings; a zero chunk, or chunks of the grid's tiles that do not
+    ///   fit their buffer; a buffer bound twice when either binding writes
+    ///   it (a dispatch may not read what it writes); a buffer of another
+    ///   device; another command of the current stage writing a buffer
+    ///   this one binds, or touching one it writes (record a barrier).
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) if the
+    ///   command buffer has already ended, or belongs to a CUDA device.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Binding, Device, Error, Semaphore, Tile, TileIo};
+    ///
+    /// let device = Device::cpu()?;
+    /// let (x, y) = (device.buffer(1024 * 4)?, device.buffer(1024 * 4)?);
+    /// let ones: Vec<u8> = (0..1024).flat_map(|i| (i as f32).to_ne_bytes()).collect();
+    /// x.write(0, &ones)?;
+    /// let mut cb = device.command_buffer()?;
+    /// cb.dispatch_with(
+    ///     [16, 1, 1],
+    ///     &[Binding::read(&x), Binding::write_chunks(&y, 256)],
+    ///     |t: &Tile, io: &TileIo<'_>| -> Result<(), Error> {
+    ///         let x: &[f32] = io.read(0)?;
+    ///         let y: &mut [f32] = io.chunk(1)?; // 64 floats
+    ///         let base = t.linear_id() as usize * 64;
+    ///         for (i, out) in y.iter_mut().enumerate() {
+    ///             *out = 2.0 * x[base + i];
+    ///         }
+    ///         Ok(())
+    ///     },
+    /// )?;
+    /// cb.end()?;
+    /// let done = Semaphore::new(0);
+    /// device.queue(0)?.execute(&[], &[(&done, 1)], &[&cb])?;
+    /// done.wait(1, Duration::from_secs(5))?;
+    /// let mut out = [0u8; 4];
+    /// y.read(4 * 1000, &mut out)?;
+    /// assert_eq!(f32::from_ne_bytes(out), 2000.0);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn dispatch_with<F>(
+        &mut self,
+        grid: [u32; 3],
+        bindings: &[super::Binding<'_>],
+        f: F,
+    ) -> Result<(), Error>
+    where
+        F: Fn(&Tile, &super::TileIo<'_>) -> Result<(), Error> + Send + Sync + 'static,
+    {
+        #[cfg(feature = "cuda")]
+        if let Target::Cuda(_) = self.recording.pool().target {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "dispatch of a CPU closure recorded for a CUDA device: record a kernel launch",
+            ));
+        }
+        let tiles = crate::task::tile_count(grid)?;
+        for b in bindings {
+            self.check_buffer(b.buffer)?;
+        }
+        super::binding::check(bindings, tiles)?;
+        let recording = self.recording_mut()?;
+        let bound = recording.alloc_slice(bindings.len(), |i| {
+            Ok(super::binding::Bound {
+                buffer: bindings[i].buffer.clone(),
+                chunk: bindings[i].chunk,
+            })
+        })?;
+        let table = BoundTable(bound);
+        let tile_fn = move |t: &Tile| -> Result<(), Error> {
+            let table = &table;
+            // SAFETY: the table lives in the recording with this closure
+            // (the command drops the closure first), and the action running
+            // the dispatch holds its buffers for every tile (`Recording::
+            // holds`, taken at issue); `t` is a tile of the grid, run once.
+            unsafe { super::binding::run_tile(&f, table.0.as_ref(), t) }
+        };
+        let run = super::recording::run_tiles_for(&tile_fn);
+        let f = match recording.alloc(tile_fn) {
+            Ok(f) => f,
+            Err(e) => {
+                // SAFETY: made just above, owned by nothing else.
+                unsafe { bound.as_ptr().drop_in_place() };
+                return Err(e);
+            }
+        };
+        let f: std::ptr::NonNull<super::recording::TileFn> = f;
+        self.record(Command::Dispatch {
+            grid,
+            f,
+            run,
+            bindings: Some(bound),
+        })
     }
 
     /// Launches `kernel` over `grid` blocks of `block` threads with

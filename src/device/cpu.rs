@@ -176,12 +176,13 @@ impl CpuBackend {
     /// the command, then completes. No scope of its own either: the task
     /// has no predecessor to fail it and no other task to join, so it
     /// counts in the backend's uncounted `lone_scope`.
-    fn issue_alone(&self, work: Completion<Self>, command: Recorded<Command>) {
+    fn issue_alone(&self, work: Finishing, command: Recorded<Command>) {
         let finally = move |_| {
             // SAFETY: the command lives in a recording that `work` holds
-            // until `release_recordings` below.
+            // until `release_recordings` below, and the action holds its
+            // buffers until then (`take_holds`).
             let result = crate::unwind::guarded(|| unsafe { run_alone(command) });
-            let mut work = work;
+            let mut work = work.into_inner();
             super::release_recordings(work.payload_mut());
             // The completion signals, and a queue it readies issues here:
             // that action's first task hops onto this worker.
@@ -194,13 +195,21 @@ impl CpuBackend {
         let _ = unsafe { submit_finally(&self.exec, &self.lone_scope, self.task_cache(), finally) };
     }
 
-    fn issue_execute(&self, work: Completion<Self>) {
-        if let Some(command) = alone(&work) {
+    fn issue_execute(&self, mut work: Completion<Self>) {
+        // The buffers the action touches, held until just before it
+        // signals; a conflict with a running action fails this one.
+        if let Err(e) = super::take_holds(work.payload_mut()) {
+            super::release_recordings(work.payload_mut());
+            return work.complete(Err(e));
+        }
+        // From here every way out gives the holds back before the signals.
+        let work = Finishing(Some(work));
+        if let Some(command) = alone(work.get()) {
             return self.issue_alone(work, command);
         }
         let scope = self.take_scope();
         let mut g = self.graph(&scope);
-        let built = build(&mut g, &work);
+        let built = build(&mut g, work.get());
         let backend = BackendRef(self);
         // The graph holds its own handle: this one moves into the closure
         // (no clone and drop, two read-modify-writes, per execute).
@@ -215,7 +224,7 @@ impl CpuBackend {
             // submission can reuse it.
             let _ = finish_scope.take_error();
             backend.free_scopes.push(finish_scope.into_handle());
-            let mut work = work;
+            let mut work = work.into_inner();
             super::release_recordings(work.payload_mut());
             // The completion signals, and a queue it readies issues here:
             // that action's first tasks hop onto this worker (no injector,
@@ -240,6 +249,37 @@ impl CpuBackend {
     }
 }
 
+/// An issued execute's completion, which gives the action's buffer holds
+/// and command buffers back before the action signals: when it completes
+/// ([`into_inner`](Self::into_inner), then `release_recordings`), or, if
+/// it is dropped unrun (its graph could not be built), here, before the
+/// completion's drop fails the signals.
+struct Finishing(Option<Completion<CpuBackend>>);
+
+impl Finishing {
+    fn get(&self) -> &Completion<CpuBackend> {
+        match &self.0 {
+            Some(w) => w,
+            None => unreachable!("taken only by `into_inner`, which consumes it"),
+        }
+    }
+
+    fn into_inner(mut self) -> Completion<CpuBackend> {
+        match self.0.take() {
+            Some(w) => w,
+            None => unreachable!("taken only here"),
+        }
+    }
+}
+
+impl Drop for Finishing {
+    fn drop(&mut self) {
+        if let Some(mut work) = self.0.take() {
+            super::release_recordings(work.payload_mut());
+        }
+    }
+}
+
 /// Builds every stage of every command buffer of `work` into `g`, in
 /// order; returns the first task of the last stage (whose run must join
 /// the finish).
@@ -247,7 +287,7 @@ fn build(
     g: &mut crate::task::Graph<'_>,
     work: &Completion<CpuBackend>,
 ) -> Result<Option<TaskId>, Error> {
-    let Work::Execute { inline, more } = work.payload() else {
+    let Work::Execute { inline, more, .. } = work.payload() else {
         return Ok(None);
     };
     let recordings = inline
@@ -296,7 +336,10 @@ fn build(
 /// worker anyway: one command buffer of one stage of one command, which
 /// is not a dispatch of more than one tile (those split across workers).
 fn alone(work: &Completion<CpuBackend>) -> Option<Recorded<Command>> {
-    let Work::Execute { inline, more: None } = work.payload() else {
+    let Work::Execute {
+        inline, more: None, ..
+    } = work.payload()
+    else {
         return None;
     };
     let mut recordings = inline.iter().flatten();
@@ -322,17 +365,21 @@ fn alone(work: &Completion<CpuBackend>) -> Option<Recorded<Command>> {
 ///
 /// # Safety
 ///
-/// The command's recording is held for the call.
+/// The command's recording is held for the call, and its action holds the
+/// buffers it touches.
 unsafe fn run_alone(command: Recorded<Command>) -> Result<(), Error> {
     // SAFETY: per contract.
     match unsafe { &*command.0 } {
-        Command::Dispatch { grid, f, run } => match crate::task::tile_count(*grid)? {
+        Command::Dispatch { grid, f, run, .. } => match crate::task::tile_count(*grid)? {
             0 => Ok(()),
             // SAFETY: `run` was made for the closure `f` (see `RunTiles`),
-            // which the held recording keeps alive.
+            // which the held recording keeps alive; the buffers it binds
+            // are held (contract).
             total => unsafe { run(f.as_ptr().cast::<()>(), *grid, 0, total) },
         },
-        other => other.run(),
+        // SAFETY: the action holds its buffers (contract), and the command
+        // is alone in its action.
+        other => unsafe { other.run() },
     }
 }
 
@@ -365,7 +412,7 @@ impl crate::task::Tiles for RecordedTiles {
 /// The task of one command.
 fn command_task(g: &mut crate::task::Graph<'_>, command: &Command) -> Result<TaskId, Error> {
     match command {
-        Command::Dispatch { grid, f, run } => g.dispatch_tiles(
+        Command::Dispatch { grid, f, run, .. } => g.dispatch_tiles(
             *grid,
             RecordedTiles {
                 f: Recorded(f.as_ptr().cast::<()>()),
@@ -376,8 +423,10 @@ fn command_task(g: &mut crate::task::Graph<'_>, command: &Command) -> Result<Tas
             let c = Recorded::<Command>(command);
             g.call(move |_| {
                 let c = c;
-                // SAFETY: see `Recorded`.
-                unsafe { &*c.0 }.run()
+                // SAFETY: see `Recorded`; the action holds the command's
+                // buffers while its tasks run (`take_holds`), and the
+                // graph runs it in its stage's place.
+                unsafe { (*c.0).run() }
             })
         }
     }

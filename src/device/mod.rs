@@ -7,11 +7,17 @@
 //! the `cuda` module, feature `cuda`). [`Queue::execute`] submits command buffers gated by
 //! semaphores the same way on both.
 
+mod binding;
 mod buffer;
 mod command_buffer;
 mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+/// The buffers' hold word (public for the crate's loom models).
+#[cfg(feature = "testing")]
+pub mod hold;
+#[cfg(not(feature = "testing"))]
+pub(crate) mod hold;
 pub(crate) mod host_fn;
 mod recording;
 mod stats;
@@ -20,7 +26,8 @@ pub(crate) mod teardown;
 use std::fmt;
 use std::sync::Arc;
 
-pub use buffer::Buffer;
+pub use binding::{Binding, TileIo, MAX_BINDINGS};
+pub use buffer::{Buffer, BUFFER_ALIGN};
 pub use cpu::EXECUTE_INLINE_COMMAND_BUFFERS;
 #[cfg(feature = "cuda")]
 pub use cuda::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel, KernelArg};
@@ -44,7 +51,87 @@ pub(crate) enum Work {
     Execute {
         inline: [Option<RecordingRef>; EXECUTE_INLINE_COMMAND_BUFFERS],
         more: Option<Box<[RecordingRef]>>,
+        /// The action holds the buffers its recordings touch (CPU device,
+        /// from its issue: [`take_holds`]).
+        held: bool,
     },
+}
+
+impl Work {
+    /// The recordings of an execute, in order.
+    fn recordings(&self) -> impl Iterator<Item = &RecordingRef> + Clone {
+        let (inline, more) = match self {
+            Work::Execute { inline, more, .. } => (&inline[..], more.as_deref()),
+            _ => (&[][..], None),
+        };
+        inline.iter().flatten().chain(more.into_iter().flatten())
+    }
+}
+
+/// Calls `f` once for each distinct CPU-device buffer the execute's
+/// recordings touch, with the strongest access any of them makes, in a
+/// fixed order, until `f` returns `false`; returns whether it never did.
+fn each_hold(work: &Work, mut f: impl FnMut(&buffer::HostMem, hold::Access) -> bool) -> bool {
+    let recordings = work.recordings();
+    let entries = recordings.clone().flat_map(|r| r.holds());
+    // One recording's entries are distinct already (the usual case: no
+    // quadratic look-around).
+    let single = recordings.clone().nth(1).is_none();
+    for (i, e) in entries.clone().enumerate() {
+        let mut access = e.access;
+        if !single {
+            if entries.clone().take(i).any(|p| p.buffer.same(&e.buffer)) {
+                continue;
+            }
+            if entries
+                .clone()
+                .skip(i + 1)
+                .any(|p| p.buffer.same(&e.buffer) && p.access == hold::Access::Write)
+            {
+                access = hold::Access::Write;
+            }
+        }
+        let Some(mem) = e.buffer.host() else { continue };
+        if !f(mem, access) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Takes the holds of an issued execute (CPU device): every buffer its
+/// command buffers touch, shared where they only read it. On a conflict
+/// with a running action (or a host copy) nothing stays held and the error
+/// names the buffer: the action then fails instead of running.
+pub(crate) fn take_holds(work: &mut Work) -> Result<(), Error> {
+    let mut failed = None;
+    let mut taken = 0usize;
+    let all = each_hold(work, |mem, access| {
+        if mem.hold().try_take(access) {
+            taken += 1;
+            true
+        } else {
+            failed = Some(buffer::conflict(mem, access, "an action"));
+            false
+        }
+    });
+    if !all {
+        // Give back what was taken before the conflict (same order).
+        let mut left = taken;
+        each_hold(work, |mem, access| {
+            if left == 0 {
+                return false;
+            }
+            mem.hold().give_back(access);
+            left -= 1;
+            true
+        });
+        return Err(failed.unwrap_or_else(|| Error::new(ErrorKind::Internal, "hold conflict")));
+    }
+    if let Work::Execute { held, .. } = work {
+        *held = true;
+    }
+    Ok(())
 }
 
 /// Gives back a finished submission's command buffers before it signals,
@@ -56,6 +143,13 @@ pub(crate) enum Work {
 /// dropped: the submission's outcome was decided by its work, and no
 /// other submission may be failed for it.
 pub(crate) fn release_recordings(work: &mut Work) {
+    if let Work::Execute { held: true, .. } = work {
+        // The holds first: whoever sees the signal finds the buffers free.
+        each_hold(work, |mem, access| {
+            mem.hold().give_back(access);
+            true
+        });
+    }
     if let Work::Execute { .. } = work {
         let recordings = std::mem::replace(work, Work::Barrier);
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(recordings)));
@@ -342,6 +436,13 @@ impl Device {
         })
     }
 
+    /// This device's identity for its CPU buffers: its recording pool's
+    /// address, which its command buffers' recordings share.
+    fn cpu_id(&self) -> usize {
+        let pool: *const RecordingPool = &*self.recordings;
+        pool as usize
+    }
+
     /// A zeroed buffer of `len` bytes (device memory on a CUDA device).
     ///
     /// # Errors
@@ -369,7 +470,7 @@ impl Device {
     /// ```
     pub fn buffer(&self, len: usize) -> Result<Buffer, Error> {
         match &*self.inner {
-            DeviceInner::Cpu { .. } => Buffer::new(len),
+            DeviceInner::Cpu { .. } => Buffer::new(len, self.cpu_id()),
             #[cfg(feature = "cuda")]
             DeviceInner::Cuda(d) => Buffer::new_cuda(&d.shared.ctx, len),
         }
@@ -598,6 +699,7 @@ impl Queue {
             Work::Execute {
                 inline,
                 more: (!more.is_empty()).then(|| more.into_boxed_slice()),
+                held: false,
             }
         };
         self.submit(waits, signals, payload)

@@ -20,6 +20,8 @@ use std::ptr::NonNull;
 
 use bumpalo::Bump;
 
+use super::binding::Bound;
+use super::hold::Access;
 use super::Buffer;
 use crate::error::{Error, ErrorKind};
 use crate::list::{Handle, SList, SingleLinks, TransferStack};
@@ -56,6 +58,14 @@ where
     crate::task::run_tiles(unsafe { &*f.cast::<F>() }, grid, start, end)
 }
 
+/// The [`RunTiles`] of `f`'s type.
+pub(crate) fn run_tiles_for<F>(_f: &F) -> RunTiles
+where
+    F: Fn(&Tile) -> Result<(), Error>,
+{
+    run_tiles_of::<F>
+}
+
 /// One recorded command. Its pointers are into its recording's arena,
 /// which outlives it: a command is dropped in place, once, by
 /// [`Recording::reset`], and never moved out.
@@ -85,6 +95,9 @@ pub(crate) enum Command {
         f: NonNull<TileFn>,
         /// Its tile loop (one indirect call per range of tiles).
         run: RunTiles,
+        /// A bound dispatch's buffers (owned: dropped with the command),
+        /// which `f` reaches through the same pointer.
+        bindings: Option<NonNull<[Bound]>>,
     },
     #[cfg(feature = "cuda")]
     Launch(super::cuda::Launch),
@@ -98,10 +111,17 @@ unsafe impl Sync for Command {}
 
 impl Drop for Command {
     fn drop(&mut self) {
-        if let Command::Dispatch { f, .. } = self {
-            // SAFETY: the closure was moved into the arena for this command
-            // alone, and a command is dropped once (type docs).
-            unsafe { f.as_ptr().drop_in_place() }
+        if let Command::Dispatch { f, bindings, .. } = self {
+            // SAFETY: the closure and the bindings were moved into the
+            // arena for this command alone, and a command is dropped once
+            // (type docs); the closure, which points to the bindings, goes
+            // first.
+            unsafe {
+                f.as_ptr().drop_in_place();
+                if let Some(b) = bindings {
+                    b.as_ptr().drop_in_place();
+                }
+            }
         }
     }
 }
@@ -115,7 +135,13 @@ impl Command {
     }
 
     /// Runs a non-dispatch command on the host.
-    pub(crate) fn run(&self) -> Result<(), Error> {
+    ///
+    /// # Safety
+    /// The action running it holds every buffer it touches
+    /// ([`Recording::holds`]), and it runs in its stage's place (no other
+    /// command of its stage touches what it writes: the recording's check).
+    pub(crate) unsafe fn run(&self) -> Result<(), Error> {
+        // SAFETY (each arm): per contract; ranges checked at record.
         match self {
             Command::Fill {
                 buffer,
@@ -123,19 +149,19 @@ impl Command {
                 len,
                 pattern,
                 pattern_len,
-            } => buffer.fill(*offset, *len, &pattern[..*pattern_len]),
+            } => unsafe { buffer.fill_held(*offset, *len, &pattern[..*pattern_len]) },
             Command::Update {
                 buffer,
                 offset,
                 data,
-            } => buffer.write(*offset, Command::update_data(data)),
+            } => unsafe { buffer.write_held(*offset, Command::update_data(data)) },
             Command::Copy {
                 src,
                 src_offset,
                 dst,
                 dst_offset,
                 len,
-            } => src.copy_to(*src_offset, dst, *dst_offset, *len),
+            } => unsafe { src.copy_held(*src_offset, dst, *dst_offset, *len) },
             Command::Dispatch { .. } => Err(Error::new(
                 ErrorKind::Internal,
                 "a dispatch runs as a dispatch task",
@@ -148,6 +174,54 @@ impl Command {
         }
     }
 
+    /// Calls `f` with each buffer the command touches and how (a copy
+    /// within one buffer: once, writing). A CUDA kernel launch reports
+    /// none: what a kernel reads or writes is not known.
+    pub(crate) fn accesses(&self, mut f: impl FnMut(&Buffer, Access)) {
+        match self {
+            Command::Fill { buffer, .. } | Command::Update { buffer, .. } => {
+                f(buffer, Access::Write)
+            }
+            Command::Copy { src, dst, .. } => {
+                if !src.same(dst) {
+                    f(src, Access::Read);
+                }
+                f(dst, Access::Write);
+            }
+            Command::Dispatch {
+                bindings: Some(b), ..
+            } => {
+                // SAFETY: owned by the command, alive while it is.
+                for bound in unsafe { b.as_ref() } {
+                    f(&bound.buffer, bound.access());
+                }
+            }
+            Command::Dispatch { bindings: None, .. } => {}
+            #[cfg(feature = "cuda")]
+            Command::Launch(_) => {}
+        }
+    }
+
+    /// The first buffer `self` and `other` touch in conflicting ways (one
+    /// of them writes it).
+    fn conflict_with(&self, other: &Command) -> Option<Buffer> {
+        let mut found = None;
+        self.accesses(|a, access_a| {
+            if found.is_some() {
+                return;
+            }
+            other.accesses(|b, access_b| {
+                if found.is_none()
+                    && a.same(b)
+                    && (access_a == Access::Write || access_b == Access::Write)
+                {
+                    found = Some(a.clone());
+                }
+            });
+        });
+        found
+    }
+
     /// A command that moves no bytes (skipped by the CUDA device).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn is_empty_op(&self) -> bool {
@@ -156,6 +230,32 @@ impl Command {
             Command::Update { data, .. } => data.is_empty(),
             _ => false,
         }
+    }
+}
+
+/// A buffer the recording's commands touch, and how (`Write` if any
+/// command writes it): one per buffer, in the arena.
+pub(crate) struct HoldEntry {
+    pub(crate) buffer: Buffer,
+    pub(crate) access: Access,
+    next: Option<NonNull<HoldEntry>>,
+}
+
+/// The [`HoldEntry`]s of a recording.
+#[derive(Clone)]
+pub(crate) struct Holds<'a> {
+    next: Option<NonNull<HoldEntry>>,
+    _recording: std::marker::PhantomData<&'a Recording>,
+}
+
+impl<'a> Iterator for Holds<'a> {
+    type Item = &'a HoldEntry;
+
+    fn next(&mut self) -> Option<&'a HoldEntry> {
+        // SAFETY: entries live in the borrowed recording's arena.
+        let entry = unsafe { self.next?.as_ref() };
+        self.next = entry.next;
+        Some(entry)
     }
 }
 
@@ -246,6 +346,9 @@ pub(crate) struct Recording {
     /// Whether the next command joins the last stage (`false` after a
     /// barrier, or before the first command).
     stage_open: bool,
+    /// Every CPU-device buffer the commands touch, once each, with the
+    /// strongest access: what a submission holds while it runs.
+    holds: Option<NonNull<HoldEntry>>,
     /// For a reusable CUDA recording: its graph (`None`: no command).
     #[cfg(feature = "cuda")]
     pub(crate) graph: Option<super::cuda::graph::CudaGraph>,
@@ -278,6 +381,7 @@ impl Recording {
             stage_count: 0,
             last_node: None,
             stage_open: false,
+            holds: None,
             #[cfg(feature = "cuda")]
             graph: None,
             bump,
@@ -303,6 +407,15 @@ impl Recording {
     /// Stages recorded so far.
     pub(crate) fn stage_count(&self) -> usize {
         self.stage_count
+    }
+
+    /// The CPU-device buffers the commands touch, each once, with the
+    /// strongest access.
+    pub(crate) fn holds(&self) -> Holds<'_> {
+        Holds {
+            next: self.holds,
+            _recording: std::marker::PhantomData,
+        }
     }
 
     /// The stages, in order.
@@ -363,11 +476,43 @@ impl Recording {
     }
 
     /// Records `command` at the end (of a new stage after a barrier).
+    ///
+    /// # Errors
+    /// `InvalidArgument` (nothing recorded, the command dropped) if the
+    /// open stage has a command that touches a buffer this one writes, or
+    /// writes one it reads: commands of a stage run at once.
     pub(crate) fn push(&mut self, command: Command) -> Result<(), Error> {
-        let node = self.alloc(Node {
+        if self.stage_open {
+            if let Some(stage) = self.last_stage {
+                // SAFETY: in our arena; `&mut self`.
+                for other in unsafe { stage.as_ref() }.commands() {
+                    if let Some(buffer) = command.conflict_with(other) {
+                        return Err(Error::new(
+                            ErrorKind::InvalidArgument,
+                            format!(
+                                "buffer {:p} ({} bytes) is written by one command of this stage \
+                                 and used by another: commands of a stage run at once \
+                                 (record a barrier between them)",
+                                buffer.id(),
+                                buffer.len()
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        let new_holds = self.new_holds(&command)?;
+        let node = match self.alloc(Node {
             next: None,
             command,
-        })?;
+        }) {
+            Ok(node) => node,
+            Err(e) => {
+                // SAFETY: made by `new_holds` just above, linked nowhere.
+                unsafe { drop_holds(new_holds) };
+                return Err(e);
+            }
+        };
         if self.stage_open {
             let (Some(last), Some(stage)) = (self.last_node, self.last_stage) else {
                 unreachable!("an open stage has a command");
@@ -387,8 +532,12 @@ impl Recording {
                 Ok(s) => s,
                 Err(e) => {
                     // SAFETY: the node is ours and linked nowhere: drop its
-                    // command so nothing is recorded.
-                    unsafe { std::ptr::addr_of_mut!((*node.as_ptr()).command).drop_in_place() };
+                    // command so nothing is recorded; the same for the new
+                    // hold entries.
+                    unsafe {
+                        std::ptr::addr_of_mut!((*node.as_ptr()).command).drop_in_place();
+                        drop_holds(new_holds);
+                    }
                     return Err(e);
                 }
             };
@@ -406,7 +555,73 @@ impl Recording {
             self.stage_open = true;
         }
         self.last_node = Some(node);
+        // SAFETY: in our arena; `&mut self`.
+        let command = unsafe { &(*node.as_ptr()).command };
+        command.accesses(|buffer, access| {
+            if access == Access::Write {
+                let mut at = self.holds;
+                while let Some(e) = at {
+                    // SAFETY: in our arena; `&mut self`.
+                    let e = unsafe { &mut *e.as_ptr() };
+                    if e.buffer.same(buffer) {
+                        e.access = Access::Write;
+                        break;
+                    }
+                    at = e.next;
+                }
+            }
+        });
+        let mut at = new_holds;
+        while let Some(e) = at {
+            // SAFETY: made by `new_holds`, ours.
+            at = unsafe { e.as_ref() }.next;
+            // SAFETY: as above.
+            unsafe { (*e.as_ptr()).next = self.holds };
+            self.holds = Some(e);
+        }
         Ok(())
+    }
+
+    /// Hold entries for the CPU-device buffers `command` touches that the
+    /// recording has none for yet, linked to each other only (`push`
+    /// links them once the command is recorded).
+    fn new_holds(&self, command: &Command) -> Result<Option<NonNull<HoldEntry>>, Error> {
+        let mut first: Option<NonNull<HoldEntry>> = None;
+        let mut failed = None;
+        command.accesses(|buffer, access| {
+            if failed.is_some() || buffer.host().is_none() {
+                return;
+            }
+            let known = |mut at: Option<NonNull<HoldEntry>>| {
+                while let Some(e) = at {
+                    // SAFETY: in our arena.
+                    let e = unsafe { e.as_ref() };
+                    if e.buffer.same(buffer) {
+                        return true;
+                    }
+                    at = e.next;
+                }
+                false
+            };
+            if known(self.holds) || known(first) {
+                // (A write upgrades the entry once the command is in.)
+                return;
+            }
+            match self.alloc(HoldEntry {
+                buffer: buffer.clone(),
+                access,
+                next: first,
+            }) {
+                Ok(e) => first = Some(e),
+                Err(e) => failed = Some(e),
+            }
+        });
+        if let Some(e) = failed {
+            // SAFETY: made just above, linked nowhere else.
+            unsafe { drop_holds(first) };
+            return Err(e);
+        }
+        Ok(first)
     }
 
     /// Everything recorded after waits for everything recorded before.
@@ -437,6 +652,9 @@ impl Recording {
             panicked
                 .run(|| unsafe { std::ptr::addr_of_mut!((*n.as_ptr()).command).drop_in_place() });
         }
+        let holds = self.holds.take();
+        // SAFETY: the recording's entries, dropped once (then forgotten).
+        panicked.run(|| unsafe { drop_holds(holds) });
         self.first_stage = None;
         self.last_stage = None;
         self.stage_count = 0;
@@ -445,6 +663,20 @@ impl Recording {
         self.ended = false;
         self.bump.reset();
         panicked
+    }
+}
+
+/// Drops the buffer handles of a chain of hold entries (their memory is
+/// the arena's).
+///
+/// # Safety
+/// The entries are live, in an arena, and dropped once.
+unsafe fn drop_holds(mut at: Option<NonNull<HoldEntry>>) {
+    while let Some(e) = at {
+        // SAFETY: live (contract); the link is read before the drop.
+        at = unsafe { e.as_ref() }.next;
+        // SAFETY: dropped once (contract).
+        unsafe { std::ptr::addr_of_mut!((*e.as_ptr()).buffer).drop_in_place() };
     }
 }
 

@@ -51,6 +51,24 @@ pub struct Tile {
     pub workgroup_count: [u32; 3],
 }
 
+impl Tile {
+    /// The tile's index in its grid, x fastest:
+    /// `x + X * (y + Y * z)` for id `[x, y, z]` and count `[X, Y, Z]`
+    /// (a bound dispatch's chunk index).
+    ///
+    /// ```
+    /// use fenceline::Tile;
+    /// let t = Tile { workgroup_id: [1, 2, 3], workgroup_count: [4, 5, 6] };
+    /// assert_eq!(t.linear_id(), 1 + 4 * (2 + 5 * 3));
+    /// ```
+    #[inline]
+    pub fn linear_id(&self) -> u64 {
+        let [x, y, z] = self.workgroup_id.map(u64::from);
+        let [cx, cy, _] = self.workgroup_count.map(u64::from);
+        x + cx * (y + cy * z)
+    }
+}
+
 /// Tiles in `grid`: the product of its extents.
 ///
 /// Errors: `InvalidArgument` when the product overflows `u64` (such a grid

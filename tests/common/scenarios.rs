@@ -371,7 +371,15 @@ pub fn every_bad_recording_input_is_an_error(rig: &Rig) {
         cb.update(&[0; 9], &buf, 8).unwrap_err().kind(),
         ErrorKind::OutOfRange
     );
+    // The fill above writes `buf` in this stage: another command of the
+    // stage may not touch it (commands of a stage run at once), and the
+    // refused command leaves the recording as it was.
+    let e = cb.update(&[0; 8], &buf, 8).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.message().contains("record a barrier"), "{e}");
+    cb.barrier().unwrap();
     cb.update(&[0; 8], &buf, 8).unwrap();
+    cb.barrier().unwrap();
     let other = d.buffer(8).unwrap();
     assert_eq!(
         cb.copy(&buf, 0, &other, 4, 8).unwrap_err().kind(),

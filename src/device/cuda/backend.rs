@@ -90,7 +90,7 @@ impl CudaBackend {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let host_call = matches!(work.payload().work, Work::HostCall(_));
-        if let Work::Execute { inline, more } = &work.payload().work {
+        if let Work::Execute { inline, more, .. } = &work.payload().work {
             let recordings = inline
                 .iter()
                 .flatten()

@@ -42,6 +42,7 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuMemFreeHost",
     "cuMemsetD8_v2",
     "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2",
     "cuModuleLoadData",
     "cuModuleUnload",
     "cuModuleGetFunction",
@@ -421,6 +422,25 @@ impl DeviceMem {
                 sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr + offset as u64, out.len())
             },
             "cuMemcpyDtoH",
+        )
+    }
+}
+
+impl DeviceMem {
+    /// Copies `data` to device bytes `offset..offset + data.len()`
+    /// (synchronous; the caller checked the range).
+    pub(crate) fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let _cur = self.ctx.enter()?;
+        // SAFETY: the range is inside the allocation (checked by the
+        // caller) and `data` holds `data.len()` readable bytes.
+        check(
+            unsafe {
+                sys::cuMemcpyHtoD_v2(self.ptr + offset as u64, data.as_ptr().cast(), data.len())
+            },
+            "cuMemcpyHtoD",
         )
     }
 }

@@ -1,0 +1,637 @@
+//! The data plane on the CPU device: buffers as plain bytes written and
+//! read from the host, dispatches that compute on bound buffers, and the
+//! rules that keep every byte race-free from safe code (stage hazards at
+//! record, holds across actions and host copies).
+//!
+//! Each test names the guard it checks and the mutation that makes it
+//! fail.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use fenceline::{
+    Binding, Buffer, CommandBuffer, CpuConfig, Device, Error, ErrorKind, Semaphore, Tile, TileIo,
+    BUFFER_ALIGN,
+};
+
+const T: Duration = Duration::from_secs(20);
+
+fn device() -> Device {
+    Device::cpu_with(CpuConfig {
+        workers: 2,
+        queues: 2,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn bytes_of(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+}
+
+fn run(device: &Device, cb: &CommandBuffer) -> Result<(), Error> {
+    let done = Semaphore::new(0);
+    device.queue(0)?.execute(&[], &[(&done, 1)], &[cb])?;
+    done.wait(1, T)
+}
+
+/// A 64-byte-aligned plain value: reading a buffer as these proves its
+/// start is aligned to 64.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+// SAFETY: one `[u8; 64]` field, no padding (size 64 = alignment 64);
+// every bit pattern is valid and zeroes are a valid value.
+unsafe impl bytemuck::Zeroable for Line {}
+// SAFETY: as above.
+unsafe impl bytemuck::Pod for Line {}
+
+#[test]
+fn host_write_and_read_are_exact_and_out_of_range_changes_nothing() {
+    let d = device();
+    let buf = d.buffer(16).unwrap();
+    buf.write(0, &[7; 16]).unwrap();
+    buf.write(3, &[1, 2, 3]).unwrap();
+    let e = buf.write(14, &[9, 9, 9]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::OutOfRange);
+    assert_eq!(
+        buf.write(usize::MAX, &[1]).unwrap_err().kind(),
+        ErrorKind::OutOfRange
+    );
+    let mut out = [0u8; 16];
+    buf.read(0, &mut out).unwrap();
+    assert_eq!(out, [7, 7, 7, 1, 2, 3, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7]);
+    assert!(!buf.is_held());
+}
+
+#[test]
+fn buffer_memory_is_aligned_to_64_for_typed_views() {
+    const { assert!(BUFFER_ALIGN >= 64) };
+    let d = device();
+    for len in [64usize, 128, 64 * 5] {
+        let buf = d.buffer(len).unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let mut cb = d.command_buffer().unwrap();
+        let s = seen.clone();
+        cb.dispatch_with(
+            [1, 1, 1],
+            &[Binding::read(&buf)],
+            move |_: &Tile, io: &TileIo<'_>| {
+                let lines: &[Line] = io.read(0)?;
+                s.store(lines.len(), Ordering::SeqCst);
+                Ok(())
+            },
+        )
+        .unwrap();
+        cb.end().unwrap();
+        run(&d, &cb).unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), len / 64);
+    }
+}
+
+// y[i] = 2 x[i] + 1 over a 3-D grid: every tile reads all of x, writes
+// its chunk of y (tile i = x + X (y + Y z), x fastest), and the result
+// is exact. Fails if chunks were indexed other than by `linear_id`.
+#[test]
+fn a_bound_dispatch_computes_on_device_buffers() {
+    let d = device();
+    let grid = [4u32, 3, 2];
+    let per_tile = 16usize; // floats
+    let n = 24 * per_tile;
+    let x = d.buffer(n * 4).unwrap();
+    let y = d.buffer(n * 4).unwrap();
+    let input: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+    x.write(0, &bytes_of(&input)).unwrap();
+    let mut cb = d.command_buffer().unwrap();
+    cb.dispatch_with(
+        grid,
+        &[Binding::read(&x), Binding::write_chunks(&y, per_tile * 4)],
+        move |t: &Tile, io: &TileIo<'_>| {
+            let x: &[f32] = io.read(0)?;
+            let y: &mut [f32] = io.chunk(1)?;
+            assert_eq!(io.tile(), t.linear_id());
+            let base = t.linear_id() as usize * per_tile;
+            for (i, out) in y.iter_mut().enumerate() {
+                *out = 2.0 * x[base + i] + 1.0;
+            }
+            Ok(())
+        },
+    )
+    .unwrap();
+    cb.end().unwrap();
+    for _ in 0..3 {
+        run(&d, &cb).unwrap();
+        let mut out = vec![0u8; n * 4];
+        y.read(0, &mut out).unwrap();
+        let want: Vec<f32> = input.iter().map(|v| 2.0 * v + 1.0).collect();
+        assert_eq!(f32s(&out), want);
+        assert!(!x.is_held() && !y.is_held(), "holds given back");
+    }
+}
+
+// Misuse inside a tile is an `Err`, never an alias: each probe records
+// the kind it got. Mutations checked: `chunk` not marking the binding
+// taken (the second chunk succeeds), `read` not refusing a write binding.
+#[test]
+fn misuse_inside_a_tile_is_an_error_never_an_alias() {
+    let d = device();
+    let (x, y) = (d.buffer(64).unwrap(), d.buffer(64).unwrap());
+    type Seen = Vec<(&'static str, Option<ErrorKind>)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let mut cb = d.command_buffer().unwrap();
+    let s = seen.clone();
+    cb.dispatch_with(
+        [1, 1, 1],
+        &[Binding::read(&x), Binding::write_chunks(&y, 60)],
+        move |_: &Tile, io: &TileIo<'_>| {
+            let kind = |r: Result<usize, Error>| r.err().map(|e| e.kind());
+            let mut s = s.lock().unwrap();
+            s.push((
+                "read of a write binding",
+                kind(io.read::<u8>(1).map(<[u8]>::len)),
+            ));
+            s.push((
+                "chunk of a read binding",
+                kind(io.chunk::<u8>(0).map(|c| c.len())),
+            ));
+            s.push((
+                "binding out of range",
+                kind(io.read::<u8>(2).map(<[u8]>::len)),
+            ));
+            s.push((
+                "chunk not a multiple of T",
+                kind(io.chunk::<u64>(1).map(|c| c.len())),
+            ));
+            s.push(("first chunk", kind(io.chunk::<u32>(1).map(|c| c.len()))));
+            s.push(("second chunk", kind(io.chunk::<u32>(1).map(|c| c.len()))));
+            s.push((
+                "read of a misfit length",
+                kind(io.read::<[u8; 48]>(0).map(<[_]>::len)),
+            ));
+            Ok(())
+        },
+    )
+    .unwrap();
+    cb.end().unwrap();
+    run(&d, &cb).unwrap();
+    let seen = seen.lock().unwrap();
+    let invalid = Some(ErrorKind::InvalidArgument);
+    assert_eq!(
+        *seen,
+        vec![
+            ("read of a write binding", invalid),
+            ("chunk of a read binding", invalid),
+            ("binding out of range", invalid),
+            ("chunk not a multiple of T", invalid),
+            ("first chunk", None),
+            ("second chunk", invalid),
+            ("read of a misfit length", invalid),
+        ]
+    );
+}
+
+// Record-time checks: nothing is recorded when they refuse (the command
+// buffer then runs as if the call had not been made). Mutations checked:
+// dropping the read/write check of one dispatch, or the fit of its
+// chunks, lets the call succeed.
+#[test]
+fn bad_bindings_are_refused_at_record() {
+    let d = device();
+    let other_device = device();
+    let (x, y) = (d.buffer(64).unwrap(), d.buffer(64).unwrap());
+    let foreign = other_device.buffer(64).unwrap();
+    let mut cb = d.command_buffer().unwrap();
+    let nop = |_: &Tile, _: &TileIo<'_>| Ok(());
+    let refused = |cb: &mut CommandBuffer, grid: [u32; 3], b: &[Binding<'_>]| {
+        let e = cb.dispatch_with(grid, b, nop).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        e.message().to_string()
+    };
+    // 5 chunks of 16 bytes do not fit 64.
+    let m = refused(&mut cb, [5, 1, 1], &[Binding::write_chunks(&y, 16)]);
+    assert!(m.contains("do not fit"), "{m}");
+    refused(&mut cb, [1, 1, 1], &[Binding::write_chunks(&y, 0)]);
+    refused(&mut cb, [1, 1, 1], &[Binding::read(&foreign)]);
+    let m = refused(
+        &mut cb,
+        [1, 1, 1],
+        &[Binding::read(&x), Binding::write_chunks(&x, 8)],
+    );
+    assert!(m.contains("may not read what it writes"), "{m}");
+    refused(
+        &mut cb,
+        [1, 1, 1],
+        &[Binding::write_chunks(&y, 8), Binding::write_chunks(&y, 8)],
+    );
+    // Readers of one buffer, twice in one dispatch, are fine; 4 chunks of
+    // 16 fit exactly.
+    cb.dispatch_with(
+        [4, 1, 1],
+        &[
+            Binding::read(&x),
+            Binding::read(&x),
+            Binding::write_chunks(&y, 16),
+        ],
+        |_: &Tile, io: &TileIo<'_>| {
+            io.chunk::<u8>(2)?.fill(3);
+            Ok(())
+        },
+    )
+    .unwrap();
+    cb.end().unwrap();
+    run(&d, &cb).unwrap();
+    let mut out = [0u8; 64];
+    y.read(0, &mut out).unwrap();
+    assert_eq!(out, [3; 64]);
+}
+
+// Inside one stage, a buffer one command writes may not be touched by
+// another; readers share. The refused command leaves the recording
+// unchanged. Mutation checked: `Recording::push` skipping its stage
+// check (the fill/dispatch pairs below are accepted).
+#[test]
+fn stage_hazards_are_refused_at_record_and_readers_share() {
+    let d = device();
+    let (a, b, c) = (
+        d.buffer(64).unwrap(),
+        d.buffer(64).unwrap(),
+        d.buffer(64).unwrap(),
+    );
+    a.write(0, &[5; 64]).unwrap();
+    let mut cb = d.command_buffer().unwrap();
+    cb.fill(&b, 0, 64, &[1]).unwrap();
+    // Writes b, which the fill writes: refused.
+    let e = cb.update(&[2; 4], &b, 0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    // Reads b, which the fill writes: refused.
+    let e = cb
+        .dispatch_with(
+            [1, 1, 1],
+            &[Binding::read(&b)],
+            |_: &Tile, _: &TileIo<'_>| Ok(()),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    let e = cb.copy(&b, 0, &c, 0, 8).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    // Readers of `a` share the stage: a copy from it and a dispatch that
+    // reads it and writes `c`.
+    cb.dispatch_with(
+        [2, 1, 1],
+        &[Binding::read(&a), Binding::write_chunks(&c, 32)],
+        |_: &Tile, io: &TileIo<'_>| {
+            let a: &[u8] = io.read(0)?;
+            let total: u8 = a.iter().fold(0u8, |s, v| s.wrapping_add(*v));
+            io.chunk::<u8>(1)?.fill(total);
+            Ok(())
+        },
+    )
+    .unwrap();
+    cb.barrier().unwrap();
+    cb.update(&[2; 4], &b, 0).unwrap();
+    cb.end().unwrap();
+    run(&d, &cb).unwrap();
+    let mut out = [0u8; 64];
+    b.read(0, &mut out).unwrap();
+    let mut want = [1u8; 64];
+    want[..4].copy_from_slice(&[2; 4]);
+    assert_eq!(out, want, "only the accepted commands ran");
+    c.read(0, &mut out).unwrap();
+    assert_eq!(out, [(5u32 * 64 % 256) as u8; 64]);
+}
+
+/// A bound dispatch that writes `buf` and blocks in its tile until the
+/// returned sender is used (or dropped): its action holds `buf` then.
+fn a_writer_blocked_in_its_tile(
+    d: &Device,
+    buf: &Buffer,
+    queue: usize,
+    done: &Semaphore,
+) -> (mpsc::Sender<()>, mpsc::Receiver<()>) {
+    let (entered_tx, entered) = mpsc::channel();
+    let (gate, gate_rx) = mpsc::channel::<()>();
+    let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
+    let mut cb = d.command_buffer().unwrap();
+    cb.dispatch_with(
+        [1, 1, 1],
+        &[Binding::write_chunks(buf, buf.len())],
+        move |_: &Tile, io: &TileIo<'_>| {
+            io.chunk::<u8>(0)?.fill(0xEE);
+            entered_tx.lock().unwrap().send(()).unwrap();
+            let _ = gate_rx.lock().unwrap().recv_timeout(T);
+            Ok(())
+        },
+    )
+    .unwrap();
+    cb.end().unwrap();
+    d.queue(queue)
+        .unwrap()
+        .execute(&[], &[(done, 1)], &[&cb])
+        .unwrap();
+    entered.recv_timeout(T).expect("the writer's tile runs");
+    (gate, entered)
+}
+
+// While an action runs it holds what it touches: an unordered action that
+// would write (or read) a buffer it writes fails with FailedPrecondition
+// naming the buffer, its signals fail, and it never ran; host copies get
+// the same error. Once the writer finished, all of it works again.
+// Mutations checked: the CPU backend not taking holds at issue (the
+// conflicting action runs: its closure counts), and host `read` not
+// taking its hold (it returns Ok during the write).
+#[test]
+fn a_conflicting_action_or_host_copy_fails_instead_of_racing() {
+    let d = device();
+    let buf = d.buffer(64).unwrap();
+    let writer_done = Semaphore::new(0);
+    let (gate, _entered) = a_writer_blocked_in_its_tile(&d, &buf, 0, &writer_done);
+    assert!(buf.is_held());
+
+    let ran = Arc::new(AtomicUsize::new(0));
+    for binding in [Binding::read(&buf), Binding::write_chunks(&buf, 64)] {
+        let mut cb = d.command_buffer().unwrap();
+        let r = ran.clone();
+        cb.dispatch_with([1, 1, 1], &[binding], move |_: &Tile, _: &TileIo<'_>| {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+        cb.end().unwrap();
+        let failed = Semaphore::new(0);
+        d.queue(1)
+            .unwrap()
+            .execute(&[], &[(&failed, 1)], &[&cb])
+            .unwrap();
+        let e = failed.wait(1, T).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+        assert!(e.message().contains("(64 bytes)"), "names the buffer: {e}");
+    }
+    let mut fill = d.command_buffer().unwrap();
+    fill.fill(&buf, 0, 64, &[1]).unwrap();
+    fill.end().unwrap();
+    let failed = Semaphore::new(0);
+    d.queue(1)
+        .unwrap()
+        .execute(&[], &[(&failed, 1)], &[&fill])
+        .unwrap();
+    assert_eq!(
+        failed.wait(1, T).unwrap_err().kind(),
+        ErrorKind::FailedPrecondition
+    );
+    let mut out = [0u8; 64];
+    assert_eq!(
+        buf.read(0, &mut out).unwrap_err().kind(),
+        ErrorKind::FailedPrecondition
+    );
+    assert_eq!(
+        buf.write(0, &[1]).unwrap_err().kind(),
+        ErrorKind::FailedPrecondition
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "a conflicting action ran");
+
+    gate.send(()).unwrap();
+    writer_done.wait(1, T).unwrap();
+    buf.read(0, &mut out).unwrap();
+    assert_eq!(
+        out, [0xEE; 64],
+        "the writer's bytes, untouched by the refused"
+    );
+    run(&d, &fill).unwrap();
+    buf.read(0, &mut out).unwrap();
+    assert_eq!(out, [1; 64]);
+}
+
+// Concurrent readers never conflict: a reader blocked in its tile, and
+// meanwhile another action reading the same buffer, and a host read.
+#[test]
+fn concurrent_readers_never_conflict() {
+    let d = device();
+    let buf = d.buffer(64).unwrap();
+    buf.write(0, &[4; 64]).unwrap();
+    let (entered_tx, entered) = mpsc::channel();
+    let (gate, gate_rx) = mpsc::channel::<()>();
+    let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
+    let mut blocked = d.command_buffer().unwrap();
+    blocked
+        .dispatch_with(
+            [1, 1, 1],
+            &[Binding::read(&buf)],
+            move |_: &Tile, io: &TileIo<'_>| {
+                assert_eq!(io.read::<u8>(0)?, [4; 64]);
+                entered_tx.lock().unwrap().send(()).unwrap();
+                let _ = gate_rx.lock().unwrap().recv_timeout(T);
+                Ok(())
+            },
+        )
+        .unwrap();
+    blocked.end().unwrap();
+    let first = Semaphore::new(0);
+    d.queue(0)
+        .unwrap()
+        .execute(&[], &[(&first, 1)], &[&blocked])
+        .unwrap();
+    entered.recv_timeout(T).unwrap();
+    let sum = Arc::new(AtomicU64::new(0));
+    let mut reader = d.command_buffer().unwrap();
+    let s = sum.clone();
+    reader
+        .dispatch_with(
+            [2, 1, 1],
+            &[Binding::read(&buf)],
+            move |_: &Tile, io: &TileIo<'_>| {
+                let b: &[u8] = io.read(0)?;
+                s.fetch_add(b.iter().map(|v| u64::from(*v)).sum(), Ordering::SeqCst);
+                Ok(())
+            },
+        )
+        .unwrap();
+    reader.end().unwrap();
+    let second = Semaphore::new(0);
+    d.queue(1)
+        .unwrap()
+        .execute(&[], &[(&second, 1)], &[&reader])
+        .unwrap();
+    second.wait(1, T).unwrap();
+    let mut out = [0u8; 64];
+    buf.read(0, &mut out).unwrap();
+    assert_eq!(out, [4; 64]);
+    gate.send(()).unwrap();
+    first.wait(1, T).unwrap();
+    assert_eq!(sum.load(Ordering::SeqCst), 2 * 4 * 64);
+    assert!(!buf.is_held());
+}
+
+/// A waker that, woken, says whether the buffer was still held and
+/// whether a host write to it went through: it runs inside the signal
+/// that wakes it, on the signalling thread.
+struct Probe {
+    buf: Buffer,
+    seen: Mutex<Vec<(bool, Result<(), ErrorKind>)>>,
+}
+
+impl Wake for Probe {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let held = self.buf.is_held();
+        let wrote = self.buf.write(0, &[9]).map_err(|e| e.kind());
+        self.seen.lock().unwrap().push((held, wrote));
+    }
+}
+
+// An action gives its holds back before it signals: a waker run by its
+// signal (inside the completing thread's signal) already finds the buffer
+// free, and so does work ordered after it by the semaphore, on any
+// thread. Mutation checked: giving the holds back after the completion
+// (in `release_recordings`, after `complete`): the probe sees `buf` held
+// and its write refused, every round.
+#[test]
+fn holds_are_given_back_before_the_signal() {
+    let d = device();
+    // The probe watches `buf`; the action ordered after writes `other`
+    // (so the two never meet each other).
+    let (buf, other) = (d.buffer(64).unwrap(), d.buffer(64).unwrap());
+    let mut cb = d.command_buffer().unwrap();
+    cb.dispatch_with(
+        [4, 1, 1],
+        &[
+            Binding::write_chunks(&buf, 16),
+            Binding::write_chunks(&other, 16),
+        ],
+        |t: &Tile, io: &TileIo<'_>| {
+            io.chunk::<u8>(0)?.fill(t.linear_id() as u8);
+            io.chunk::<u8>(1)?.fill(t.linear_id() as u8);
+            Ok(())
+        },
+    )
+    .unwrap();
+    cb.end().unwrap();
+    let mut next = d.command_buffer().unwrap();
+    next.fill(&other, 60, 4, &[0xAB]).unwrap();
+    next.end().unwrap();
+    let q = d.queue(0).unwrap();
+    let probe = Arc::new(Probe {
+        buf: buf.clone(),
+        seen: Mutex::default(),
+    });
+    let waker = Waker::from(probe.clone());
+    let s = Semaphore::new(0);
+    for round in 1..=200u64 {
+        let mut f = Box::pin(s.wait_async(2 * round - 1));
+        assert!(f
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        q.execute(&[(&s, 2 * round - 2)], &[(&s, 2 * round - 1)], &[&cb])
+            .unwrap();
+        // Ordered after it by the semaphore, on the other queue.
+        d.queue(1)
+            .unwrap()
+            .execute(&[(&s, 2 * round - 1)], &[(&s, 2 * round)], &[&next])
+            .unwrap();
+        s.wait(2 * round, T).unwrap();
+        assert!(matches!(
+            f.as_mut().poll(&mut Context::from_waker(&waker)),
+            Poll::Ready(Ok(()))
+        ));
+    }
+    let seen = probe.seen.lock().unwrap();
+    assert_eq!(seen.len(), 200);
+    assert!(
+        seen.iter().all(|&(held, wrote)| !held && wrote == Ok(())),
+        "a signal's waker met the action's hold: {:?}",
+        seen.iter().find(|(h, w)| *h || w.is_err())
+    );
+}
+
+// An execute of several command buffers holds the union: a buffer one of
+// them reads and another writes is held for writing (a concurrent reader
+// fails), and the same command buffer twice in one execute is fine.
+// Mutation checked: `each_hold` taking each recording's access as it is
+// (not the strongest): the concurrent reader gets in.
+#[test]
+fn an_action_holds_the_union_of_its_command_buffers() {
+    let d = device();
+    let (x, y) = (d.buffer(64).unwrap(), d.buffer(64).unwrap());
+    let (entered_tx, entered) = mpsc::channel();
+    let (gate, gate_rx) = mpsc::channel::<()>();
+    let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
+    // First command buffer: reads x, blocks.
+    let mut reads = d.command_buffer().unwrap();
+    reads
+        .dispatch_with(
+            [1, 1, 1],
+            &[Binding::read(&x)],
+            move |_: &Tile, _: &TileIo<'_>| {
+                entered_tx.lock().unwrap().send(()).unwrap();
+                let _ = gate_rx.lock().unwrap().recv_timeout(T);
+                Ok(())
+            },
+        )
+        .unwrap();
+    reads.end().unwrap();
+    // Second: writes x (runs after the first, in the same action).
+    let mut writes = d.command_buffer().unwrap();
+    writes.fill(&x, 0, 64, &[6]).unwrap();
+    writes.copy(&y, 0, &y, 32, 8).unwrap();
+    writes.end().unwrap();
+    let done = Semaphore::new(0);
+    d.queue(0)
+        .unwrap()
+        .execute(&[], &[(&done, 1)], &[&reads, &writes, &writes])
+        .unwrap();
+    entered.recv_timeout(T).unwrap();
+    // x is held for writing by the whole action, though its running
+    // command only reads it.
+    let mut out = [0u8; 8];
+    assert_eq!(
+        x.read(0, &mut out).unwrap_err().kind(),
+        ErrorKind::FailedPrecondition
+    );
+    gate.send(()).unwrap();
+    done.wait(1, T).unwrap();
+    x.read(0, &mut out).unwrap();
+    assert_eq!(out, [6; 8]);
+}
+
+// A failure at issue gives back what it took: the second buffer conflicts,
+// the first (taken before) is free afterwards. Mutation checked: not
+// giving back the holds taken before the conflict (the first buffer stays
+// held for good).
+#[test]
+fn a_refused_action_keeps_no_hold() {
+    let d = device();
+    let (free, busy) = (d.buffer(64).unwrap(), d.buffer(64).unwrap());
+    let writer_done = Semaphore::new(0);
+    let (gate, _entered) = a_writer_blocked_in_its_tile(&d, &busy, 0, &writer_done);
+    for _ in 0..3 {
+        let mut cb = d.command_buffer().unwrap();
+        cb.fill(&free, 0, 64, &[1]).unwrap();
+        cb.fill(&busy, 0, 64, &[1]).unwrap();
+        cb.end().unwrap();
+        let s = Semaphore::new(0);
+        d.queue(1)
+            .unwrap()
+            .execute(&[], &[(&s, 1)], &[&cb])
+            .unwrap();
+        assert_eq!(
+            s.wait(1, T).unwrap_err().kind(),
+            ErrorKind::FailedPrecondition
+        );
+        assert!(!free.is_held(), "a hold taken before the conflict was kept");
+    }
+    free.write(0, &[2]).unwrap();
+    gate.send(()).unwrap();
+    writer_done.wait(1, T).unwrap();
+}
