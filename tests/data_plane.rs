@@ -140,8 +140,8 @@ fn a_bound_dispatch_computes_on_device_buffers() {
 }
 
 // Misuse inside a tile is an `Err`, never an alias: each probe records
-// the kind it got. Mutations checked: `chunk` not marking the binding
-// taken (the second chunk succeeds), `read` not refusing a write binding.
+// the kind it got. Mutation checked: `chunk` not marking the binding
+// taken (the second chunk succeeds).
 #[test]
 fn misuse_inside_a_tile_is_an_error_never_an_alias() {
     let d = device();
@@ -493,9 +493,9 @@ impl Wake for Probe {
 // An action gives its holds back before it signals: a waker run by its
 // signal (inside the completing thread's signal) already finds the buffer
 // free, and so does work ordered after it by the semaphore, on any
-// thread. Mutation checked: giving the holds back after the completion
-// (in `release_recordings`, after `complete`): the probe sees `buf` held
-// and its write refused, every round.
+// thread. Mutation checked: the execute's `finally` giving the holds (and
+// recordings) back after `complete` instead of before: the probe sees
+// `buf` held and its write refused.
 #[test]
 fn holds_are_given_back_before_the_signal() {
     let d = device();
@@ -615,10 +615,17 @@ fn a_refused_action_keeps_no_hold() {
     let (free, busy) = (d.buffer(64).unwrap(), d.buffer(64).unwrap());
     let writer_done = Semaphore::new(0);
     let (gate, _entered) = a_writer_blocked_in_its_tile(&d, &busy, 0, &writer_done);
-    for _ in 0..3 {
+    // Both recording orders: whichever order the action takes its holds
+    // in, one of them takes `free` before it meets `busy`.
+    for round in 0..4 {
         let mut cb = d.command_buffer().unwrap();
-        cb.fill(&free, 0, 64, &[1]).unwrap();
-        cb.fill(&busy, 0, 64, &[1]).unwrap();
+        let (first, second) = if round % 2 == 0 {
+            (&free, &busy)
+        } else {
+            (&busy, &free)
+        };
+        cb.fill(first, 0, 64, &[1]).unwrap();
+        cb.fill(second, 0, 64, &[1]).unwrap();
         cb.end().unwrap();
         let s = Semaphore::new(0);
         d.queue(1)
