@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fenceline::{CpuConfig, Device, Semaphore, Tile};
+use fenceline::{Binding, CpuConfig, Device, Semaphore, Tile, TileIo};
 
 mod common;
 
@@ -213,6 +213,61 @@ fn reset_and_rerecord_every_frame_allocates_nothing() {
     assert_eq!(n, 0, "10k reset frames allocated {n} times");
 }
 
+/// Bound-dispatch frames: a host write of `x`, a dispatch recorded fresh
+/// every frame that reads `x` and writes `y` in chunks (its action takes
+/// and gives back both buffers' holds), a host read of `y`. Once warm, 10k
+/// frames allocate nothing (the bindings live in the recycled recording).
+fn bound_frames_allocate_nothing() {
+    let device = Device::cpu_with(CpuConfig {
+        workers: 2,
+        queues: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let queue = device.queue(0).unwrap();
+    let (x, y) = (device.buffer(1024).unwrap(), device.buffer(1024).unwrap());
+    let done = Semaphore::new(0);
+    let frame = |k: u64| {
+        let word = (k as u32).to_ne_bytes();
+        let mut input = [0u8; 1024];
+        for c in input.chunks_exact_mut(4) {
+            c.copy_from_slice(&word);
+        }
+        x.write(0, &input).unwrap();
+        let mut cb = device.command_buffer().unwrap();
+        cb.dispatch_with(
+            [4, 1, 1],
+            &[Binding::read(&x), Binding::write_chunks(&y, 256)],
+            |t: &Tile, io: &TileIo<'_>| {
+                let x: &[u32] = io.read(0)?;
+                let y: &mut [u32] = io.chunk(1)?;
+                let base = t.linear_id() as usize * 64;
+                for (i, out) in y.iter_mut().enumerate() {
+                    *out = x[base + i] + 1;
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+        cb.end().unwrap();
+        queue.execute(&[], &[(&done, k)], &[&cb]).unwrap();
+        done.wait(k, Duration::from_secs(10)).unwrap();
+        let mut out = [0u8; 1024];
+        y.read(0, &mut out).unwrap();
+        let want = (k as u32 + 1).to_ne_bytes();
+        assert!(out.chunks_exact(4).all(|c| c == want), "frame {k}");
+    };
+    for k in 1..=1000 {
+        frame(k);
+    }
+    let before = common::allocations();
+    for k in 1001..=11_000 {
+        frame(k);
+    }
+    let n = common::allocations() - before;
+    assert_eq!(n, 0, "10k bound-dispatch frames allocated {n} times");
+}
+
 /// The checks above, one after another in this binary's only test: the
 /// allocation count is process-wide, and a second test's thread, started
 /// late on a busy machine, allocates on itself before its body runs
@@ -224,4 +279,5 @@ fn one_check_after_another() {
     host_calls_allocate_only_past_their_documented_room();
     fresh_recordings_every_frame_allocate_nothing();
     reset_and_rerecord_every_frame_allocates_nothing();
+    bound_frames_allocate_nothing();
 }

@@ -13,7 +13,9 @@
 
 use std::time::Duration;
 
-use fenceline::{rmw_counts, CommandBuffer, CpuConfig, Device, Queue, Semaphore};
+use fenceline::{
+    rmw_counts, Binding, CommandBuffer, CpuConfig, Device, Queue, Semaphore, Tile, TileIo,
+};
 
 const T: Duration = Duration::from_secs(10);
 const FRAMES: usize = 200;
@@ -537,5 +539,65 @@ fn rmws_per_fork_join_task() {
         "fork/join: {}.{} RMWs per task",
         tenths / 10,
         tenths % 10
+    );
+}
+
+/// What the data plane's holds add to a ready execute: a one-tile bound
+/// dispatch reading one buffer and writing another against the same
+/// dispatch with no bindings. The issuing caller takes each buffer's hold
+/// (one CAS each); the worker gives each back (one RMW each) before the
+/// signal: 2 + 2 for two buffers (ARCHITECTURE.md's table).
+#[test]
+fn rmws_added_by_a_bound_dispatchs_holds() {
+    let _alone = alone();
+    let (device, queue, plain, s) = rig();
+    let (x, y) = (device.buffer(64).unwrap(), device.buffer(64).unwrap());
+    let mut bound = device.command_buffer().unwrap();
+    bound
+        .dispatch_with(
+            [1, 1, 1],
+            &[Binding::read(&x), Binding::write_chunks(&y, 64)],
+            |_: &Tile, _: &TileIo<'_>| Ok(()),
+        )
+        .unwrap();
+    bound.end().unwrap();
+    let mut n = s.query().unwrap();
+    let mut measure = |name: &'static str, cb: &CommandBuffer| {
+        let mut path = Path::new(name);
+        for _ in 0..FRAMES {
+            n += 1;
+            let v = n;
+            path.frame(
+                || queue.execute(&[], &[(&s, v)], &[cb]).unwrap(),
+                || {
+                    while s.query().unwrap() < v {
+                        std::thread::yield_now();
+                    }
+                    worker_asleep(&device);
+                },
+            );
+        }
+        let fixed = *path.caller.iter().min().unwrap();
+        let (_, others) = path.report();
+        (fixed, others)
+    };
+    // Warm the bound path's pools and the recordings' first use.
+    let _ = measure("execute, ready, bound (warm-up)", &bound);
+    let (plain_caller, plain_others) = measure("execute, ready (1 dispatch)", &plain);
+    let (bound_caller, bound_others) =
+        measure("execute, ready, bound (1 dispatch, 2 buffers)", &bound);
+    println!(
+        "holds of 2 buffers: caller {} RMWs more, worker side {} more (medians)",
+        bound_caller as i64 - plain_caller as i64,
+        bound_others as i64 - plain_others as i64
+    );
+    assert_eq!(
+        bound_caller,
+        plain_caller + 2,
+        "the caller takes one hold per buffer"
+    );
+    assert!(
+        bound_others <= plain_others + 2 + 1,
+        "the worker gives each back: {bound_others} against {plain_others}"
     );
 }
