@@ -16,7 +16,6 @@ use std::cell::Cell;
 
 use bytemuck::Pod;
 
-use super::buffer::HostMem;
 use super::hold::Access;
 use super::Buffer;
 use crate::error::{Error, ErrorKind};
@@ -54,14 +53,36 @@ impl<'a> Binding<'a> {
     }
 }
 
-/// A binding as recorded: the buffer's handle (kept by the command) and
-/// its use.
+/// A binding as recorded: the buffer's handle (kept by the command), its
+/// use, and its bytes' address and length (read by every tile without
+/// going through the handle).
 pub(crate) struct Bound {
     pub(crate) buffer: Buffer,
     pub(crate) chunk: Option<usize>,
+    base: *mut u8,
+    len: usize,
 }
 
+// SAFETY: `base` points into `buffer`'s memory, which `buffer` keeps
+// alive; the bytes are reached only under the hold protocol (`TileIo`).
+unsafe impl Send for Bound {}
+// SAFETY: as above.
+unsafe impl Sync for Bound {}
+
 impl Bound {
+    /// The recorded form of `binding` (a CPU-device buffer).
+    pub(crate) fn new(binding: &Binding<'_>) -> Result<Bound, Error> {
+        let Some(mem) = binding.buffer.host() else {
+            return Err(invalid("a CUDA buffer bound to a CPU dispatch".to_string()));
+        };
+        Ok(Bound {
+            buffer: binding.buffer.clone(),
+            chunk: binding.chunk,
+            base: mem.base(),
+            len: binding.buffer.len(),
+        })
+    }
+
     pub(crate) fn access(&self) -> Access {
         match self.chunk {
             Some(_) => Access::Write,
@@ -104,6 +125,8 @@ pub(crate) fn check(bindings: &[Binding<'_>], tiles: u64) -> Result<(), Error> {
     Ok(())
 }
 
+#[cold]
+#[inline(never)]
 fn invalid(message: String) -> Error {
     Error::new(ErrorKind::InvalidArgument, message)
 }
@@ -113,7 +136,7 @@ fn invalid(message: String) -> Error {
 /// Not `Sync`: it lives for one tile, on the thread running it.
 pub struct TileIo<'a> {
     bound: &'a [Bound],
-    tile: u64,
+    tile: usize,
     /// Bit `i`: binding `i`'s chunk was handed out.
     taken: Cell<u64>,
 }
@@ -127,22 +150,10 @@ impl<'a> TileIo<'a> {
     pub(crate) unsafe fn new(bound: &'a [Bound], tile: u64) -> TileIo<'a> {
         TileIo {
             bound,
-            tile,
+            // A tile of a grid whose chunks fit in memory: fits `usize`.
+            tile: tile as usize,
             taken: Cell::new(0),
         }
-    }
-
-    fn binding(&self, binding: usize) -> Result<(&'a Bound, &'a HostMem), Error> {
-        let Some(b) = self.bound.get(binding) else {
-            return Err(invalid(format!(
-                "binding {binding}: the dispatch has {} bindings",
-                self.bound.len()
-            )));
-        };
-        let Some(mem) = b.buffer.host() else {
-            unreachable!("a bound dispatch runs on the CPU device, with host buffers");
-        };
-        Ok((b, mem))
     }
 
     /// The whole buffer of read binding `binding`, as `T`s.
@@ -152,19 +163,30 @@ impl<'a> TileIo<'a> {
     /// is a write binding, or the buffer's length is not a multiple of
     /// `size_of::<T>()` (its start is aligned to 64 bytes, so any `Pod`
     /// type's alignment fits).
+    #[inline]
     pub fn read<T: Pod>(&self, binding: usize) -> Result<&[T], Error> {
-        let (b, mem) = self.binding(binding)?;
+        let Some(b) = self.bound.get(binding) else {
+            return Err(out_of_range(binding, self.bound.len()));
+        };
         if b.chunk.is_some() {
-            return Err(invalid(format!(
-                "binding {binding} is written in chunks: tiles cannot read it (use chunk)"
-            )));
+            return Err(not_readable(binding));
+        }
+        let size = std::mem::size_of::<T>();
+        // The start is aligned to `BUFFER_ALIGN`: only a larger alignment
+        // needs looking at (compiled out for every other type).
+        let aligned = std::mem::align_of::<T>() <= super::BUFFER_ALIGN
+            || (b.base as usize) % std::mem::align_of::<T>() == 0;
+        if size == 0 || b.len % size != 0 || !aligned {
+            return Err(misfit::<T>(binding, b.len, 0));
         }
         // SAFETY: the action holds the buffer, and nothing writes it while
         // the dispatch runs (no write binding of it in this dispatch, no
         // writer in its stage, none elsewhere while held: `new`'s
-        // contract and the recording's checks).
-        let bytes = unsafe { mem.bytes(0..b.buffer.len()) };
-        bytemuck::try_cast_slice(bytes).map_err(|e| cast_error(binding, e))
+        // contract and the recording's checks); `base..base + len` is the
+        // buffer's memory, alive while the command holds its handle,
+        // aligned for `T` and a whole number of `T`s (checked above), and
+        // any bytes are a valid `T` (`Pod`).
+        Ok(unsafe { std::slice::from_raw_parts(b.base.cast::<T>(), b.len / size) })
     }
 
     /// This tile's chunk of write binding `binding`, as `T`s: bytes
@@ -176,45 +198,39 @@ impl<'a> TileIo<'a> {
     /// (a second `&mut` would alias the first), or the chunk's length or
     /// alignment does not fit `T`.
     #[allow(clippy::mut_from_ref)] // handed out once per binding: `taken`
+    #[inline]
     pub fn chunk<T: Pod>(&self, binding: usize) -> Result<&mut [T], Error> {
-        let (b, mem) = self.binding(binding)?;
+        let Some(b) = self.bound.get(binding) else {
+            return Err(out_of_range(binding, self.bound.len()));
+        };
         let Some(chunk) = b.chunk else {
-            return Err(invalid(format!(
-                "binding {binding} is read: tiles cannot write it (use read)"
-            )));
+            return Err(not_writable(binding));
         };
         let bit = 1u64 << binding;
-        if self.taken.get() & bit != 0 {
-            return Err(invalid(format!(
-                "binding {binding}: this tile's chunk was already handed out"
-            )));
+        let taken = self.taken.get();
+        if taken & bit != 0 {
+            return Err(taken_twice(binding));
         }
-        let start = self.tile as usize * chunk;
-        // Checked before the slice is made: a failed cast hands nothing out.
-        let misfit =
-            start % std::mem::align_of::<T>() != 0 || chunk % std::mem::size_of::<T>().max(1) != 0;
-        if misfit {
-            return Err(invalid(format!(
-                "binding {binding}: a chunk of {chunk} bytes at offset {start} cannot hold {}s \
-                 (size {}, alignment {})",
-                std::any::type_name::<T>(),
-                std::mem::size_of::<T>(),
-                std::mem::align_of::<T>()
-            )));
+        let start = self.tile * chunk;
+        let size = std::mem::size_of::<T>();
+        // Checked before the slice is made: a misfit hands nothing out.
+        if size == 0 || start % std::mem::align_of::<T>() != 0 || chunk % size != 0 {
+            return Err(misfit::<T>(binding, chunk, start));
         }
-        self.taken.set(self.taken.get() | bit);
+        self.taken.set(taken | bit);
         // SAFETY: the action holds the buffer for writing; this tile's
         // chunk is disjoint from every other tile's, nothing else of its
         // stage touches the buffer, and this is the only time this tile
         // hands it out (`taken`): no other reference to these bytes lives.
-        // In bounds: checked at record for every tile of the grid.
-        let bytes = unsafe { mem.bytes_mut(start..start + chunk) };
-        bytemuck::try_cast_slice_mut(bytes).map_err(|e| cast_error(binding, e))
+        // In bounds: checked at record for every tile of the grid. Aligned
+        // for `T` (the buffer's start is aligned to 64, `start` checked)
+        // and a whole number of `T`s; any bytes are a valid `T` (`Pod`).
+        Ok(unsafe { std::slice::from_raw_parts_mut(b.base.add(start).cast::<T>(), chunk / size) })
     }
 
     /// The tile's linear id (its chunk index).
     pub fn tile(&self) -> u64 {
-        self.tile
+        self.tile as u64
     }
 }
 
@@ -227,8 +243,48 @@ impl std::fmt::Debug for TileIo<'_> {
     }
 }
 
-fn cast_error(binding: usize, e: bytemuck::PodCastError) -> Error {
-    invalid(format!("binding {binding}: {e:?}"))
+#[cold]
+#[inline(never)]
+fn out_of_range(binding: usize, bindings: usize) -> Error {
+    invalid(format!(
+        "binding {binding}: the dispatch has {bindings} bindings"
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn not_readable(binding: usize) -> Error {
+    invalid(format!(
+        "binding {binding} is written in chunks: tiles cannot read it (use chunk)"
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn not_writable(binding: usize) -> Error {
+    invalid(format!(
+        "binding {binding} is read: tiles cannot write it (use read)"
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn taken_twice(binding: usize) -> Error {
+    invalid(format!(
+        "binding {binding}: this tile's chunk was already handed out"
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn misfit<T>(binding: usize, len: usize, start: usize) -> Error {
+    invalid(format!(
+        "binding {binding}: {len} bytes at offset {start} are not a whole number of \
+         aligned {}s (size {}, alignment {})",
+        std::any::type_name::<T>(),
+        std::mem::size_of::<T>(),
+        std::mem::align_of::<T>()
+    ))
 }
 
 /// Runs `f` for a tile with its bindings: the closure a bound dispatch
@@ -236,6 +292,7 @@ fn cast_error(binding: usize, e: bytemuck::PodCastError) -> Error {
 ///
 /// # Safety
 /// As for [`TileIo::new`].
+#[inline]
 pub(crate) unsafe fn run_tile<F>(f: &F, bound: &[Bound], tile: &Tile) -> Result<(), Error>
 where
     F: Fn(&Tile, &TileIo<'_>) -> Result<(), Error>,

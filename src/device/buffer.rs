@@ -105,8 +105,9 @@ impl HostMem {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(range.start), range.len()) }
     }
 
-    /// The first byte (for copies within one buffer, which may overlap).
-    fn base(&self) -> *mut u8 {
+    /// The first byte (for copies within one buffer, which may overlap,
+    /// and a bound dispatch's tiles).
+    pub(crate) fn base(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 

@@ -454,12 +454,8 @@ impl CommandBuffer {
         }
         super::binding::check(bindings, tiles)?;
         let recording = self.recording_mut()?;
-        let bound = recording.alloc_slice(bindings.len(), |i| {
-            Ok(super::binding::Bound {
-                buffer: bindings[i].buffer.clone(),
-                chunk: bindings[i].chunk,
-            })
-        })?;
+        let bound =
+            recording.alloc_slice(bindings.len(), |i| super::binding::Bound::new(&bindings[i]))?;
         let table = BoundTable(bound);
         let tile_fn = move |t: &Tile| -> Result<(), Error> {
             let table = &table;
