@@ -24,20 +24,34 @@ use crate::task::Tile;
 /// Bindings one dispatch may have.
 pub const MAX_BINDINGS: usize = 64;
 
-/// A buffer bound to a dispatch, for [`CommandBuffer::dispatch_with`](super::CommandBuffer::dispatch_with).
+/// Slots of a binding table: a command buffer's slot bindings name slots
+/// `0..MAX_SLOTS`, and [`Queue::execute_with`](super::Queue::execute_with)
+/// takes a table of at most this many buffers.
+pub const MAX_SLOTS: usize = 16;
+
+/// A buffer bound to a dispatch, for [`CommandBuffer::dispatch_with`](super::CommandBuffer::dispatch_with):
+/// a buffer named at record, or a slot of the binding table each
+/// submission brings ([`Queue::execute_with`](super::Queue::execute_with)).
 #[derive(Clone, Copy, Debug)]
 pub struct Binding<'a> {
-    pub(crate) buffer: &'a Buffer,
+    pub(crate) source: Source<'a>,
     /// `Some(bytes)`: tile `i` writes chunk `i`; `None`: every tile reads
     /// the whole buffer.
     pub(crate) chunk: Option<usize>,
+}
+
+/// Where a binding's buffer comes from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Source<'a> {
+    Buffer(&'a Buffer),
+    Slot(usize),
 }
 
 impl<'a> Binding<'a> {
     /// Every tile reads the whole buffer ([`TileIo::read`]).
     pub fn read(buffer: &'a Buffer) -> Binding<'a> {
         Binding {
-            buffer,
+            source: Source::Buffer(buffer),
             chunk: None,
         }
     }
@@ -47,39 +61,107 @@ impl<'a> Binding<'a> {
     /// The grid's chunks must fit in the buffer.
     pub fn write_chunks(buffer: &'a Buffer, chunk_bytes: usize) -> Binding<'a> {
         Binding {
-            buffer,
+            source: Source::Buffer(buffer),
             chunk: Some(chunk_bytes),
+        }
+    }
+
+    /// As [`read`](Self::read), of the buffer in slot `slot` of each
+    /// submission's binding table.
+    pub fn slot_read(slot: u32) -> Binding<'static> {
+        Binding {
+            source: Source::Slot(slot as usize),
+            chunk: None,
+        }
+    }
+
+    /// As [`write_chunks`](Self::write_chunks), of the buffer in slot
+    /// `slot` of each submission's binding table (which must be at least
+    /// the grid's tiles times `chunk_bytes` long).
+    pub fn slot_write_chunks(slot: u32, chunk_bytes: usize) -> Binding<'static> {
+        Binding {
+            source: Source::Slot(slot as usize),
+            chunk: Some(chunk_bytes),
+        }
+    }
+
+    /// The buffer, for a binding that names one.
+    pub(crate) fn buffer(&self) -> Option<&'a Buffer> {
+        match self.source {
+            Source::Buffer(b) => Some(b),
+            Source::Slot(_) => None,
+        }
+    }
+
+    fn access(&self) -> Access {
+        match self.chunk {
+            Some(_) => Access::Write,
+            None => Access::Read,
         }
     }
 }
 
-/// A binding as recorded: the buffer's handle (kept by the command), its
-/// use, and its bytes' address and length (read by every tile without
-/// going through the handle).
-pub(crate) struct Bound {
-    pub(crate) buffer: Buffer,
-    pub(crate) chunk: Option<usize>,
-    base: *mut u8,
-    len: usize,
+/// A table slot's bytes, as a submission resolves them for its tiles.
+#[derive(Clone, Copy)]
+pub(crate) struct SlotView {
+    pub(crate) base: *mut u8,
+    pub(crate) len: usize,
 }
 
-// SAFETY: `base` points into `buffer`'s memory, which `buffer` keeps
-// alive; the bytes are reached only under the hold protocol (`TileIo`).
+/// A submission's resolved binding table (the address and length of each
+/// slot's buffer), which its dispatch tasks hand their tiles.
+pub(crate) struct SlotViews {
+    pub(crate) views: [SlotView; MAX_SLOTS],
+    pub(crate) len: usize,
+}
+
+// SAFETY: views of buffers that the submission's table keeps alive; the
+// bytes are reached only under the hold protocol (`TileIo`).
+unsafe impl Send for SlotViews {}
+// SAFETY: as above; the views themselves are only read.
+unsafe impl Sync for SlotViews {}
+
+/// A binding as recorded: the buffer's handle (kept by the command) with
+/// its bytes' address and length (read by every tile without going
+/// through the handle), or a slot; and its use.
+pub(crate) struct Bound {
+    source: BoundSource,
+    pub(crate) chunk: Option<usize>,
+}
+
+enum BoundSource {
+    Buffer { buffer: Buffer, view: SlotView },
+    Slot(usize),
+}
+
+// SAFETY: a view points into its buffer's memory, which the handle beside
+// it keeps alive; the bytes are reached only under the hold protocol
+// (`TileIo`).
 unsafe impl Send for Bound {}
 // SAFETY: as above.
 unsafe impl Sync for Bound {}
 
 impl Bound {
-    /// The recorded form of `binding` (a CPU-device buffer).
+    /// The recorded form of `binding` (a CPU-device buffer, or a slot).
     pub(crate) fn new(binding: &Binding<'_>) -> Result<Bound, Error> {
-        let Some(mem) = binding.buffer.host() else {
-            return Err(invalid("a CUDA buffer bound to a CPU dispatch".to_string()));
+        let source = match binding.source {
+            Source::Slot(i) => BoundSource::Slot(i),
+            Source::Buffer(buffer) => {
+                let Some(mem) = buffer.host() else {
+                    return Err(invalid("a CUDA buffer bound to a CPU dispatch".to_string()));
+                };
+                BoundSource::Buffer {
+                    buffer: buffer.clone(),
+                    view: SlotView {
+                        base: mem.base(),
+                        len: buffer.len(),
+                    },
+                }
+            }
         };
         Ok(Bound {
-            buffer: binding.buffer.clone(),
+            source,
             chunk: binding.chunk,
-            base: mem.base(),
-            len: binding.buffer.len(),
         })
     }
 
@@ -89,10 +171,27 @@ impl Bound {
             None => Access::Read,
         }
     }
+
+    /// The buffer, for a binding recorded with one.
+    pub(crate) fn buffer(&self) -> Option<&Buffer> {
+        match &self.source {
+            BoundSource::Buffer { buffer, .. } => Some(buffer),
+            BoundSource::Slot(_) => None,
+        }
+    }
+
+    /// The slot, for a slot binding.
+    pub(crate) fn slot(&self) -> Option<usize> {
+        match self.source {
+            BoundSource::Slot(i) => Some(i),
+            BoundSource::Buffer { .. } => None,
+        }
+    }
 }
 
 /// Checks `bindings` for a dispatch of `tiles` tiles; `Err` is
-/// `InvalidArgument` naming the binding.
+/// `InvalidArgument` naming the binding. (A slot's fit is checked against
+/// each submission's table.)
 pub(crate) fn check(bindings: &[Binding<'_>], tiles: u64) -> Result<(), Error> {
     if bindings.len() > MAX_BINDINGS {
         return Err(invalid(format!(
@@ -101,28 +200,54 @@ pub(crate) fn check(bindings: &[Binding<'_>], tiles: u64) -> Result<(), Error> {
         )));
     }
     for (i, b) in bindings.iter().enumerate() {
+        if let Source::Slot(slot) = b.source {
+            if slot >= MAX_SLOTS {
+                return Err(invalid(format!(
+                    "binding {i}: slot {slot}, but a binding table has at most {MAX_SLOTS}"
+                )));
+            }
+        }
         if let Some(chunk) = b.chunk {
             if chunk == 0 {
                 return Err(invalid(format!("binding {i}: a chunk of 0 bytes")));
             }
-            let need = u64::try_from(chunk).ok().and_then(|c| c.checked_mul(tiles));
-            if need.is_none_or(|n| n > b.buffer.len() as u64) {
+            let need = chunk_bytes(chunk, tiles);
+            let fits = match b.source {
+                Source::Buffer(buffer) => need.is_some_and(|n| n <= buffer.len()),
+                Source::Slot(_) => need.is_some(),
+            };
+            if !fits {
                 return Err(invalid(format!(
-                    "binding {i}: {tiles} chunks of {chunk} bytes do not fit a buffer of {} bytes",
-                    b.buffer.len()
+                    "binding {i}: {tiles} chunks of {chunk} bytes do not fit {}",
+                    match b.buffer() {
+                        Some(buffer) => format!("a buffer of {} bytes", buffer.len()),
+                        None => "in memory".to_string(),
+                    }
                 )));
             }
         }
         for (j, other) in bindings[..i].iter().enumerate() {
-            if other.buffer.same(b.buffer) && (other.chunk.is_some() || b.chunk.is_some()) {
+            let same = match (other.source, b.source) {
+                (Source::Buffer(x), Source::Buffer(y)) => x.same(y),
+                (Source::Slot(x), Source::Slot(y)) => x == y,
+                _ => false,
+            };
+            if same && (other.access() == Access::Write || b.access() == Access::Write) {
                 return Err(invalid(format!(
-                    "bindings {j} and {i} are one buffer and a dispatch writes it: \
+                    "bindings {j} and {i} are one buffer (or slot) and a dispatch writes it: \
                      a dispatch may not read what it writes, nor write it twice"
                 )));
             }
         }
     }
     Ok(())
+}
+
+/// Bytes `tiles` chunks of `chunk` bytes span (`None`: past `usize`).
+pub(crate) fn chunk_bytes(chunk: usize, tiles: u64) -> Option<usize> {
+    usize::try_from(tiles)
+        .ok()
+        .and_then(|t| t.checked_mul(chunk))
 }
 
 #[cold]
@@ -136,6 +261,8 @@ fn invalid(message: String) -> Error {
 /// Not `Sync`: it lives for one tile, on the thread running it.
 pub struct TileIo<'a> {
     bound: &'a [Bound],
+    /// The submission's binding table, resolved.
+    slots: &'a [SlotView],
     tile: usize,
     /// Bit `i`: binding `i`'s chunk was handed out.
     taken: Cell<u64>,
@@ -143,16 +270,30 @@ pub struct TileIo<'a> {
 
 impl<'a> TileIo<'a> {
     /// # Safety
-    /// The action running the dispatch holds every bound buffer (for
-    /// writing where the binding writes) for `'a`, and `tile` is a tile of
-    /// the dispatch's grid (so its chunks are in bounds: checked at
-    /// record) run once, by this `TileIo` alone.
-    pub(crate) unsafe fn new(bound: &'a [Bound], tile: u64) -> TileIo<'a> {
+    /// The action running the dispatch holds every bound buffer and every
+    /// buffer of `slots` it binds (for writing where the binding writes)
+    /// for `'a`, `slots` covers every slot the dispatch binds (the
+    /// submission's checks), and `tile` is a tile of the dispatch's grid
+    /// (so its chunks are in bounds: checked at record or submission) run
+    /// once, by this `TileIo` alone.
+    pub(crate) unsafe fn new(bound: &'a [Bound], slots: &'a [SlotView], tile: u64) -> TileIo<'a> {
         TileIo {
             bound,
+            slots,
             // A tile of a grid whose chunks fit in memory: fits `usize`.
             tile: tile as usize,
             taken: Cell::new(0),
+        }
+    }
+
+    /// The bytes of binding `b`.
+    #[inline]
+    fn view(&self, b: &Bound) -> SlotView {
+        match &b.source {
+            BoundSource::Buffer { view, .. } => *view,
+            // In range: every slot a dispatch binds is in its submission's
+            // table (checked at `execute_with`).
+            BoundSource::Slot(i) => self.slots[*i],
         }
     }
 
@@ -171,13 +312,14 @@ impl<'a> TileIo<'a> {
         if b.chunk.is_some() {
             return Err(not_readable(binding));
         }
+        let v = self.view(b);
         let size = std::mem::size_of::<T>();
         // The start is aligned to `BUFFER_ALIGN`: only a larger alignment
         // needs looking at (compiled out for every other type).
         let aligned = std::mem::align_of::<T>() <= super::BUFFER_ALIGN
-            || (b.base as usize) % std::mem::align_of::<T>() == 0;
-        if size == 0 || b.len % size != 0 || !aligned {
-            return Err(misfit::<T>(binding, b.len, 0));
+            || (v.base as usize) % std::mem::align_of::<T>() == 0;
+        if size == 0 || v.len % size != 0 || !aligned {
+            return Err(misfit::<T>(binding, v.len, 0));
         }
         // SAFETY: the action holds the buffer, and nothing writes it while
         // the dispatch runs (no write binding of it in this dispatch, no
@@ -186,7 +328,7 @@ impl<'a> TileIo<'a> {
         // buffer's memory, alive while the command holds its handle,
         // aligned for `T` and a whole number of `T`s (checked above), and
         // any bytes are a valid `T` (`Pod`).
-        Ok(unsafe { std::slice::from_raw_parts(b.base.cast::<T>(), b.len / size) })
+        Ok(unsafe { std::slice::from_raw_parts(v.base.cast::<T>(), v.len / size) })
     }
 
     /// This tile's chunk of write binding `binding`, as `T`s: bytes
@@ -225,7 +367,8 @@ impl<'a> TileIo<'a> {
         // In bounds: checked at record for every tile of the grid. Aligned
         // for `T` (the buffer's start is aligned to 64, `start` checked)
         // and a whole number of `T`s; any bytes are a valid `T` (`Pod`).
-        Ok(unsafe { std::slice::from_raw_parts_mut(b.base.add(start).cast::<T>(), chunk / size) })
+        let v = self.view(b);
+        Ok(unsafe { std::slice::from_raw_parts_mut(v.base.add(start).cast::<T>(), chunk / size) })
     }
 
     /// The tile's linear id (its chunk index).
@@ -287,17 +430,55 @@ fn misfit<T>(binding: usize, len: usize, start: usize) -> Error {
     ))
 }
 
-/// Runs `f` for a tile with its bindings: the closure a bound dispatch
-/// records.
+/// A bound dispatch as recorded: the user's closure and its bindings (in
+/// the recording's arena; the command owns and drops them).
+pub(crate) struct BoundDispatch<F> {
+    pub(crate) f: F,
+    pub(crate) bound: std::ptr::NonNull<[Bound]>,
+}
+
+// SAFETY: the bindings are buffer handles and slot numbers (`Send +
+// Sync`), only read; `F` is `Send + Sync` (`dispatch_with`'s bound).
+unsafe impl<F: Send + Sync> Send for BoundDispatch<F> {}
+// SAFETY: as above.
+unsafe impl<F: Send + Sync> Sync for BoundDispatch<F> {}
+
+/// The tile loop of a bound dispatch of closure type `F` (a
+/// [`RunTiles`](super::recording::RunTiles)): one `TileIo` per tile.
 ///
 /// # Safety
-/// As for [`TileIo::new`].
-#[inline]
-pub(crate) unsafe fn run_tile<F>(f: &F, bound: &[Bound], tile: &Tile) -> Result<(), Error>
+/// `data` points to a live `BoundDispatch<F>`; `slots` is null or points
+/// to the submission's resolved table; the contract of [`TileIo::new`]
+/// holds for every tile of `start..end`.
+pub(crate) unsafe fn run_bound_tiles_of<F>(
+    data: *const (),
+    slots: *const SlotViews,
+    grid: [u32; 3],
+    start: u64,
+    end: u64,
+) -> Result<(), Error>
 where
     F: Fn(&Tile, &TileIo<'_>) -> Result<(), Error>,
 {
-    // SAFETY: forwarded contract.
-    let io = unsafe { TileIo::new(bound, tile.linear_id()) };
-    f(tile, &io)
+    // SAFETY: per contract.
+    let d = unsafe { &*data.cast::<BoundDispatch<F>>() };
+    // SAFETY: the bindings live as long as the command (per contract).
+    let bound = unsafe { d.bound.as_ref() };
+    let views: &[SlotView] = if slots.is_null() {
+        &[]
+    } else {
+        // SAFETY: per contract.
+        let s = unsafe { &*slots };
+        &s.views[..s.len]
+    };
+    crate::task::run_tiles(
+        &|t: &Tile| {
+            // SAFETY: per contract (`TileIo::new`).
+            let io = unsafe { TileIo::new(bound, views, t.linear_id()) };
+            (d.f)(t, &io)
+        },
+        grid,
+        start,
+        end,
+    )
 }

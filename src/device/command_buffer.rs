@@ -70,14 +70,6 @@ impl fmt::Debug for CommandBuffer {
     }
 }
 
-/// A bound dispatch's bindings in its recording's arena, as its closure
-/// reaches them.
-struct BoundTable(std::ptr::NonNull<[super::binding::Bound]>);
-// SAFETY: the bindings are buffer handles (`Send + Sync`), only read.
-unsafe impl Send for BoundTable {}
-// SAFETY: as above.
-unsafe impl Sync for BoundTable {}
-
 impl CommandBuffer {
     pub(crate) fn new(pool: &Arc<RecordingPool>, one_shot: bool) -> Result<CommandBuffer, Error> {
         Ok(CommandBuffer {
@@ -363,7 +355,7 @@ impl CommandBuffer {
         let run: super::recording::RunTiles = super::recording::run_tiles_of::<F>;
         // An unsized coercion of the pointer: the closure stays in the
         // recording's arena, owned by the command.
-        let f: std::ptr::NonNull<super::recording::TileFn> = f;
+        let f: std::ptr::NonNull<dyn super::recording::Recorded> = f;
         self.record(Command::Dispatch {
             grid,
             f,
@@ -450,23 +442,19 @@ impl CommandBuffer {
         }
         let tiles = crate::task::tile_count(grid)?;
         for b in bindings {
-            self.check_buffer(b.buffer)?;
+            if let Some(buffer) = b.buffer() {
+                self.check_buffer(buffer)?;
+            }
         }
         super::binding::check(bindings, tiles)?;
         let recording = self.recording_mut()?;
         let bound =
             recording.alloc_slice(bindings.len(), |i| super::binding::Bound::new(&bindings[i]))?;
-        let table = BoundTable(bound);
-        let tile_fn = move |t: &Tile| -> Result<(), Error> {
-            let table = &table;
-            // SAFETY: the table lives in the recording with this closure
-            // (the command drops the closure first), and the action running
-            // the dispatch holds its buffers for every tile (`Recording::
-            // holds`, taken at issue); `t` is a tile of the grid, run once.
-            unsafe { super::binding::run_tile(&f, table.0.as_ref(), t) }
-        };
-        let run = super::recording::run_tiles_for(&tile_fn);
-        let f = match recording.alloc(tile_fn) {
+        // The tiles reach the bindings through this value (see
+        // `run_bound_tiles_of`): the command drops it before the bindings.
+        let dispatch = super::binding::BoundDispatch { f, bound };
+        let run: super::recording::RunTiles = super::binding::run_bound_tiles_of::<F>;
+        let f = match recording.alloc(dispatch) {
             Ok(f) => f,
             Err(e) => {
                 // SAFETY: made just above, owned by nothing else.
@@ -474,7 +462,7 @@ impl CommandBuffer {
                 return Err(e);
             }
         };
-        let f: std::ptr::NonNull<super::recording::TileFn> = f;
+        let f: std::ptr::NonNull<dyn super::recording::Recorded> = f;
         self.record(Command::Dispatch {
             grid,
             f,

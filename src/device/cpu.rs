@@ -181,7 +181,8 @@ impl CpuBackend {
             // SAFETY: the command lives in a recording that `work` holds
             // until `release_recordings` below, and the action holds its
             // buffers until then (`take_holds`).
-            let result = crate::unwind::guarded(|| unsafe { run_alone(command) });
+            let slots = Recorded(work.get().payload().slot_views());
+            let result = crate::unwind::guarded(|| unsafe { run_alone(command, slots) });
             let mut work = work.into_inner();
             super::release_recordings(work.payload_mut());
             // The completion signals, and a queue it readies issues here:
@@ -290,6 +291,7 @@ fn build(
     let Work::Execute { inline, more, .. } = work.payload() else {
         return Ok(None);
     };
+    let slots = Recorded(work.payload().slot_views());
     let recordings = inline
         .iter()
         .flatten()
@@ -303,7 +305,7 @@ fn build(
                 let Some(only) = stage.commands().next() else {
                     unreachable!("a stage has a command");
                 };
-                let t = command_task(g, only)?;
+                let t = command_task(g, only, slots)?;
                 if let Some(first) = open {
                     g.join_from(first, t)?;
                 }
@@ -319,7 +321,7 @@ fn build(
                 };
                 let mut first_of_stage = None;
                 for command in stage.commands() {
-                    let t = command_task(g, command)?;
+                    let t = command_task(g, command, slots)?;
                     if let Some(b) = gate {
                         g.fork(b, t)?;
                     }
@@ -367,15 +369,19 @@ fn alone(work: &Completion<CpuBackend>) -> Option<Recorded<Command>> {
 ///
 /// The command's recording is held for the call, and its action holds the
 /// buffers it touches.
-unsafe fn run_alone(command: Recorded<Command>) -> Result<(), Error> {
+unsafe fn run_alone(
+    command: Recorded<Command>,
+    slots: Recorded<super::binding::SlotViews>,
+) -> Result<(), Error> {
     // SAFETY: per contract.
     match unsafe { &*command.0 } {
         Command::Dispatch { grid, f, run, .. } => match crate::task::tile_count(*grid)? {
             0 => Ok(()),
-            // SAFETY: `run` was made for the closure `f` (see `RunTiles`),
-            // which the held recording keeps alive; the buffers it binds
-            // are held (contract).
-            total => unsafe { run(f.as_ptr().cast::<()>(), *grid, 0, total) },
+            // SAFETY: `run` was made for the value `f` (see `RunTiles`),
+            // which the held recording keeps alive; the buffers it binds,
+            // and the table's, are held (contract), the table alive with
+            // the action.
+            total => unsafe { run(f.as_ptr().cast::<()>(), slots.0, *grid, 0, total) },
         },
         // SAFETY: the action holds its buffers (contract), and the command
         // is alone in its action.
@@ -395,27 +401,34 @@ pub(crate) unsafe fn run_turn(turn: std::ptr::NonNull<()>) {
 }
 
 /// A recorded dispatch's closure and its tile loop, as the executor runs
-/// it: one indirect call per claimed range of tiles, none per tile.
+/// it: one indirect call per claimed range of tiles, none per tile; and
+/// the submission's binding table (null: none).
 struct RecordedTiles {
     f: Recorded<()>,
+    slots: Recorded<super::binding::SlotViews>,
     run: RunTiles,
 }
 
 impl crate::task::Tiles for RecordedTiles {
     fn run(&self, grid: [u32; 3], start: u64, end: u64) -> Result<(), Error> {
-        // SAFETY: `run` was made for the closure `f` points to, which the
-        // submission keeps alive (see `Recorded`).
-        unsafe { (self.run)(self.f.0, grid, start, end) }
+        // SAFETY: `run` was made for the value `f` points to, which the
+        // submission keeps alive (see `Recorded`), as it keeps its table.
+        unsafe { (self.run)(self.f.0, self.slots.0, grid, start, end) }
     }
 }
 
-/// The task of one command.
-fn command_task(g: &mut crate::task::Graph<'_>, command: &Command) -> Result<TaskId, Error> {
+/// The task of one command; `slots`: the submission's binding table.
+fn command_task(
+    g: &mut crate::task::Graph<'_>,
+    command: &Command,
+    slots: Recorded<super::binding::SlotViews>,
+) -> Result<TaskId, Error> {
     match command {
         Command::Dispatch { grid, f, run, .. } => g.dispatch_tiles(
             *grid,
             RecordedTiles {
                 f: Recorded(f.as_ptr().cast::<()>()),
+                slots,
                 run: *run,
             },
         ),

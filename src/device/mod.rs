@@ -21,12 +21,13 @@ pub(crate) mod hold;
 pub(crate) mod host_fn;
 mod recording;
 mod stats;
+mod table;
 pub(crate) mod teardown;
 
 use std::fmt;
 use std::sync::Arc;
 
-pub use binding::{Binding, TileIo, MAX_BINDINGS};
+pub use binding::{Binding, TileIo, MAX_BINDINGS, MAX_SLOTS};
 pub use buffer::{Buffer, BUFFER_ALIGN};
 pub use cpu::EXECUTE_INLINE_COMMAND_BUFFERS;
 #[cfg(feature = "cuda")]
@@ -54,10 +55,20 @@ pub(crate) enum Work {
         /// The action holds the buffers its recordings touch (CPU device,
         /// from its issue: [`take_holds`]).
         held: bool,
+        /// The binding table of an `execute_with`.
+        table: Option<table::SlotTable>,
     },
 }
 
 impl Work {
+    /// The resolved binding table of an `execute_with` (null: none).
+    pub(crate) fn slot_views(&self) -> *const binding::SlotViews {
+        match self {
+            Work::Execute { table: Some(t), .. } => t.views(),
+            _ => std::ptr::null(),
+        }
+    }
+
     /// The recordings of an execute, in order.
     fn recordings(&self) -> impl Iterator<Item = &RecordingRef> + Clone {
         let (inline, more) = match self {
@@ -96,7 +107,12 @@ fn each_hold(work: &Work, mut f: impl FnMut(&buffer::HostMem, hold::Access) -> b
             return false;
         }
     }
-    true
+    // The table's buffers (checked at `execute_with` against the direct
+    // ones: a buffer in both is only ever read, and is taken twice).
+    match work {
+        Work::Execute { table: Some(t), .. } => t.each_hold(f),
+        _ => true,
+    }
 }
 
 /// Takes the holds of an issued execute (CPU device): every buffer its
@@ -681,6 +697,111 @@ impl Queue {
         signals: &[(&Semaphore, u64)],
         command_buffers: &[&CommandBuffer],
     ) -> Result<(), Error> {
+        for cb in command_buffers {
+            if cb.recording_for_submit()?.has_slots() {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    "a command buffer with slot bindings needs a binding table: execute_with",
+                ));
+            }
+        }
+        self.execute_table(waits, signals, command_buffers, None)
+    }
+
+    /// As [`execute`](Self::execute), with a binding table: slot `i` of
+    /// the command buffers' slot bindings
+    /// ([`Binding::slot_read`](Binding::slot_read),
+    /// [`Binding::slot_write_chunks`](Binding::slot_write_chunks)) is
+    /// `table[i]`, for this submission only. One recording runs on new
+    /// buffers every submission, and the table costs no allocation once
+    /// warm. The action holds the table's buffers as it holds the ones its
+    /// command buffers name.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is submitted and no semaphore is touched when this returns
+    /// an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument): as for `execute`;
+    ///   a table of more than [`MAX_SLOTS`] buffers, or shorter than a slot
+    ///   a command buffer binds; a buffer shorter than its slot's chunks,
+    ///   or of another device; one buffer in two slots where either is
+    ///   written, or in a slot and bound directly by a command buffer of the
+    ///   submission where either writes it.
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition): as for
+    ///   `execute`; a non-empty table on a CUDA device (not supported yet).
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted): as for
+    ///   `execute`, or the table pool cannot grow.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Binding, Device, Semaphore, Tile, TileIo};
+    ///
+    /// let device = Device::cpu()?;
+    /// let mut cb = device.command_buffer()?;
+    /// cb.dispatch_with(
+    ///     [2, 1, 1],
+    ///     &[Binding::slot_read(0), Binding::slot_write_chunks(1, 4)],
+    ///     |t: &Tile, io: &TileIo<'_>| {
+    ///         let x: &[u32] = io.read(0)?;
+    ///         io.chunk::<u32>(1)?[0] = x[t.linear_id() as usize] * 10;
+    ///         Ok(())
+    ///     },
+    /// )?;
+    /// cb.end()?;
+    /// let q = device.queue(0)?;
+    /// let done = Semaphore::new(0);
+    /// for frame in 1..=3u32 {
+    ///     let (x, y) = (device.buffer(8)?, device.buffer(8)?); // new buffers
+    ///     x.write(0, &[frame.to_ne_bytes(), (frame + 1).to_ne_bytes()].concat())?;
+    ///     q.execute_with(&[], &[(&done, u64::from(frame))], &[&cb], &[&x, &y])?;
+    ///     done.wait(u64::from(frame), Duration::from_secs(5))?;
+    ///     let mut out = [0u8; 8];
+    ///     y.read(0, &mut out)?;
+    ///     assert_eq!(out, [(10 * frame).to_ne_bytes(), (10 * frame + 10).to_ne_bytes()].concat()[..]);
+    /// }
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn execute_with(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        command_buffers: &[&CommandBuffer],
+        table: &[&Buffer],
+    ) -> Result<(), Error> {
+        for cb in command_buffers {
+            let r = cb.recording_for_submit()?;
+            check_recordings(&self.device, &[r])?;
+        }
+        if table.is_empty()
+            && command_buffers
+                .iter()
+                .all(|cb| cb.recording_for_submit().is_ok_and(|r| !r.has_slots()))
+        {
+            return self.execute_table(waits, signals, command_buffers, None);
+        }
+        if !matches!(&*self.device, DeviceInner::Cpu { .. }) {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "binding tables are not supported on a CUDA device yet",
+            ));
+        }
+        let recs = command_buffers
+            .iter()
+            .filter_map(|cb| cb.recording_for_submit().ok().map(|r| &**r));
+        let t = table::SlotTable::new(table, recs)?;
+        self.execute_table(waits, signals, command_buffers, Some(t))
+    }
+
+    fn execute_table(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        command_buffers: &[&CommandBuffer],
+        table: Option<table::SlotTable>,
+    ) -> Result<(), Error> {
         let mut inline: [Option<RecordingRef>; EXECUTE_INLINE_COMMAND_BUFFERS] = Default::default();
         let mut more = Vec::new();
         for (i, cb) in command_buffers.iter().enumerate() {
@@ -700,6 +821,7 @@ impl Queue {
                 inline,
                 more: (!more.is_empty()).then(|| more.into_boxed_slice()),
                 held: false,
+                table,
             }
         };
         self.submit(waits, signals, payload)

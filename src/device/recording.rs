@@ -34,19 +34,26 @@ use crate::unwind::FirstPanic;
 /// a recording that needs more; the arena keeps them).
 pub const RECORDING_INITIAL_BYTES: usize = 4096;
 
-/// A dispatch closure.
-pub(crate) type TileFn = dyn Fn(&Tile) -> Result<(), Error> + Send + Sync;
+/// What a dispatch command owns in the arena (a closure, or a bound
+/// dispatch's closure and bindings): anything `Send + Sync`, dropped
+/// through this trait object's vtable.
+pub(crate) trait Recorded: Send + Sync {}
+impl<T: Send + Sync> Recorded for T {}
 
-/// Runs tiles `start..end` of `grid` with the closure at the pointer: the
-/// tile loop compiled for that closure's type (see [`run_tiles_of`]).
-pub(crate) type RunTiles = unsafe fn(*const (), [u32; 3], u64, u64) -> Result<(), Error>;
+/// Runs tiles `start..end` of `grid` with the recorded value at the first
+/// pointer and the submission's binding table at the second (null: none):
+/// the tile loop compiled for that value's type (see [`run_tiles_of`],
+/// [`run_bound_tiles_of`](super::binding::run_bound_tiles_of)).
+pub(crate) type RunTiles =
+    unsafe fn(*const (), *const super::binding::SlotViews, [u32; 3], u64, u64) -> Result<(), Error>;
 
-/// The [`RunTiles`] of closures of type `F`.
+/// The [`RunTiles`] of closures of type `F` (the table is not used).
 ///
 /// # Safety
 /// `f` points to a live `F`.
 pub(crate) unsafe fn run_tiles_of<F>(
     f: *const (),
+    _slots: *const super::binding::SlotViews,
     grid: [u32; 3],
     start: u64,
     end: u64,
@@ -58,12 +65,15 @@ where
     crate::task::run_tiles(unsafe { &*f.cast::<F>() }, grid, start, end)
 }
 
-/// The [`RunTiles`] of `f`'s type.
-pub(crate) fn run_tiles_for<F>(_f: &F) -> RunTiles
-where
-    F: Fn(&Tile) -> Result<(), Error>,
-{
-    run_tiles_of::<F>
+/// How a recording uses one slot of the binding tables it is submitted
+/// with.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SlotUse {
+    /// The strongest access of its bindings (`None`: unused).
+    pub(crate) access: Option<Access>,
+    /// Bytes its write bindings' chunks span (the table's buffer must be
+    /// at least this long).
+    pub(crate) need: usize,
 }
 
 /// One recorded command. Its pointers are into its recording's arena,
@@ -92,11 +102,11 @@ pub(crate) enum Command {
     Dispatch {
         grid: [u32; 3],
         /// Owned: dropped with the command.
-        f: NonNull<TileFn>,
+        f: NonNull<dyn Recorded>,
         /// Its tile loop (one indirect call per range of tiles).
         run: RunTiles,
-        /// A bound dispatch's buffers (owned: dropped with the command),
-        /// which `f` reaches through the same pointer.
+        /// A bound dispatch's bindings (owned: dropped with the command,
+        /// after `f`, which points to them).
         bindings: Option<NonNull<[Bound]>>,
     },
     #[cfg(feature = "cuda")]
@@ -193,13 +203,56 @@ impl Command {
             } => {
                 // SAFETY: owned by the command, alive while it is.
                 for bound in unsafe { b.as_ref() } {
-                    f(&bound.buffer, bound.access());
+                    if let Some(buffer) = bound.buffer() {
+                        f(buffer, bound.access());
+                    }
                 }
             }
             Command::Dispatch { bindings: None, .. } => {}
             #[cfg(feature = "cuda")]
             Command::Launch(_) => {}
         }
+    }
+
+    /// Calls `f` with each binding-table slot the command binds and how
+    /// (a bound dispatch's slot bindings), with the bytes its chunks span
+    /// over `tiles`.
+    pub(crate) fn slot_accesses(&self, mut f: impl FnMut(usize, Access, usize)) {
+        if let Command::Dispatch {
+            bindings: Some(b),
+            grid,
+            ..
+        } = self
+        {
+            let tiles = crate::task::tile_count(*grid).unwrap_or(0);
+            // SAFETY: owned by the command, alive while it is.
+            for bound in unsafe { b.as_ref() } {
+                if let Some(slot) = bound.slot() {
+                    let need = bound
+                        .chunk
+                        .and_then(|c| super::binding::chunk_bytes(c, tiles))
+                        .unwrap_or(0);
+                    f(slot, bound.access(), need);
+                }
+            }
+        }
+    }
+
+    /// A slot `self` and `other` bind in conflicting ways (one of them
+    /// writes it).
+    fn slot_conflict_with(&self, other: &Command) -> Option<usize> {
+        let mut found = None;
+        self.slot_accesses(|a, access_a, _| {
+            other.slot_accesses(|b, access_b, _| {
+                if found.is_none()
+                    && a == b
+                    && (access_a == Access::Write || access_b == Access::Write)
+                {
+                    found = Some(a);
+                }
+            });
+        });
+        found
     }
 
     /// The first buffer `self` and `other` touch in conflicting ways (one
@@ -349,6 +402,8 @@ pub(crate) struct Recording {
     /// Every CPU-device buffer the commands touch, once each, with the
     /// strongest access: what a submission holds while it runs.
     holds: Option<NonNull<HoldEntry>>,
+    /// How the commands use each binding-table slot.
+    slots: [SlotUse; super::binding::MAX_SLOTS],
     /// For a reusable CUDA recording: its graph (`None`: no command).
     #[cfg(feature = "cuda")]
     pub(crate) graph: Option<super::cuda::graph::CudaGraph>,
@@ -382,6 +437,7 @@ impl Recording {
             last_node: None,
             stage_open: false,
             holds: None,
+            slots: Default::default(),
             #[cfg(feature = "cuda")]
             graph: None,
             bump,
@@ -416,6 +472,17 @@ impl Recording {
             next: self.holds,
             _recording: std::marker::PhantomData,
         }
+    }
+
+    /// How the commands use each binding-table slot.
+    pub(crate) fn slots(&self) -> &[SlotUse; super::binding::MAX_SLOTS] {
+        &self.slots
+    }
+
+    /// Whether any command binds a slot (the recording then needs a table:
+    /// `execute_with`).
+    pub(crate) fn has_slots(&self) -> bool {
+        self.slots.iter().any(|u| u.access.is_some())
     }
 
     /// The stages, in order.
@@ -486,6 +553,16 @@ impl Recording {
             if let Some(stage) = self.last_stage {
                 // SAFETY: in our arena; `&mut self`.
                 for other in unsafe { stage.as_ref() }.commands() {
+                    if let Some(slot) = command.slot_conflict_with(other) {
+                        return Err(Error::new(
+                            ErrorKind::InvalidArgument,
+                            format!(
+                                "slot {slot} is written by one command of this stage and \
+                                 bound by another: commands of a stage run at once \
+                                 (record a barrier between them)"
+                            ),
+                        ));
+                    }
                     if let Some(buffer) = command.conflict_with(other) {
                         return Err(Error::new(
                             ErrorKind::InvalidArgument,
@@ -579,6 +656,15 @@ impl Recording {
             unsafe { (*e.as_ptr()).next = self.holds };
             self.holds = Some(e);
         }
+        let slots = &mut self.slots;
+        command.slot_accesses(|slot, access, need| {
+            let u = &mut slots[slot];
+            u.access = Some(match (u.access, access) {
+                (Some(Access::Write), _) | (_, Access::Write) => Access::Write,
+                _ => Access::Read,
+            });
+            u.need = u.need.max(need);
+        });
         Ok(())
     }
 
@@ -655,6 +741,7 @@ impl Recording {
         let holds = self.holds.take();
         // SAFETY: the recording's entries, dropped once (then forgotten).
         panicked.run(|| unsafe { drop_holds(holds) });
+        self.slots = Default::default();
         self.first_stage = None;
         self.last_stage = None;
         self.stage_count = 0;

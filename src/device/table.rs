@@ -1,0 +1,195 @@
+//! A submission's binding table ([`Queue::execute_with`](super::Queue::execute_with)):
+//! the buffers its slots name for this submission only, checked against
+//! how the command buffers use each slot, kept alive while the action
+//! lives, and resolved (address and length) for the tiles.
+//!
+//! A table is a block of a process-wide block pool (lock-free; it grows
+//! only when more tables are in flight at once than ever before), so a
+//! submission with a table allocates nothing once warm.
+
+use std::ptr::NonNull;
+
+use super::binding::{SlotView, SlotViews, MAX_SLOTS};
+use super::buffer::HostMem;
+use super::hold::Access;
+use super::recording::Recording;
+use super::Buffer;
+use crate::error::{Error, ErrorKind};
+use crate::pool::{BlockPool, BlockPoolConfig};
+
+/// A table's block.
+struct TableBlock {
+    buffers: [Option<Buffer>; MAX_SLOTS],
+    /// The strongest access the submission's command buffers make to each
+    /// slot (`None`: unused): what its action holds.
+    uses: [Option<Access>; MAX_SLOTS],
+    views: SlotViews,
+    index: u32,
+}
+
+/// A submission's binding table. See the [module docs](self).
+pub(crate) struct SlotTable(NonNull<TableBlock>);
+
+// SAFETY: the block holds buffer handles (`Send + Sync`) and views of
+// their memory, reached only under the hold protocol; the pool is `Sync`.
+unsafe impl Send for SlotTable {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for SlotTable {}
+
+fn make_pool() -> BlockPool {
+    BlockPool::with_config(BlockPoolConfig {
+        block_size: std::mem::size_of::<TableBlock>(),
+        align: std::mem::align_of::<TableBlock>().max(64),
+        first_chunk_blocks: if cfg!(fenceline_loom) { 2 } else { 16 },
+        max_blocks: None,
+    })
+    .expect("a valid pool shape")
+}
+
+#[cfg(not(fenceline_loom))]
+fn pool() -> &'static BlockPool {
+    static POOL: std::sync::OnceLock<BlockPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(make_pool)
+}
+
+#[cfg(fenceline_loom)]
+fn pool() -> &'static BlockPool {
+    loom::lazy_static! {
+        static ref POOL: BlockPool = make_pool();
+    }
+    &POOL
+}
+
+fn invalid(message: String) -> Error {
+    Error::new(ErrorKind::InvalidArgument, message)
+}
+
+impl SlotTable {
+    /// Checks `table` against how `recordings` (ended, of one CPU device)
+    /// use its slots and makes the submission's table.
+    ///
+    /// # Errors
+    /// `InvalidArgument`: more than [`MAX_SLOTS`] buffers; a slot a command
+    /// buffer binds past the table's end; a buffer shorter than its
+    /// slot's chunks; a buffer of another device; one buffer in two slots
+    /// where either is written, or in a slot and bound directly by a
+    /// command buffer of the submission where either writes it.
+    /// `ResourceExhausted` if the table pool cannot grow.
+    pub(crate) fn new<'r>(
+        table: &[&Buffer],
+        recordings: impl Iterator<Item = &'r Recording> + Clone,
+    ) -> Result<SlotTable, Error> {
+        if table.len() > MAX_SLOTS {
+            return Err(invalid(format!(
+                "a binding table of {} buffers: at most {MAX_SLOTS}",
+                table.len()
+            )));
+        }
+        let mut uses: [Option<Access>; MAX_SLOTS] = [None; MAX_SLOTS];
+        for r in recordings.clone() {
+            for (slot, u) in r.slots().iter().enumerate() {
+                let Some(access) = u.access else { continue };
+                let Some(buffer) = table.get(slot) else {
+                    return Err(invalid(format!(
+                        "a command buffer binds slot {slot}, but the table has {} buffers",
+                        table.len()
+                    )));
+                };
+                if buffer.len() < u.need {
+                    return Err(invalid(format!(
+                        "slot {slot}: a buffer of {} bytes, but its chunks span {} bytes",
+                        buffer.len(),
+                        u.need
+                    )));
+                }
+                let pool: *const super::recording::RecordingPool = &**r.pool();
+                if buffer.host_device() != Some(pool as usize) {
+                    return Err(invalid(format!(
+                        "slot {slot}: a buffer of another device than the command buffers"
+                    )));
+                }
+                uses[slot] = Some(match (uses[slot], access) {
+                    (Some(Access::Write), _) | (_, Access::Write) => Access::Write,
+                    _ => Access::Read,
+                });
+            }
+        }
+        for (i, a) in table.iter().enumerate() {
+            let Some(access_a) = uses[i] else { continue };
+            for (j, b) in table[..i].iter().enumerate() {
+                let Some(access_b) = uses[j] else { continue };
+                if a.same(b) && (access_a == Access::Write || access_b == Access::Write) {
+                    return Err(invalid(format!(
+                        "slots {j} and {i} hold one buffer and one of them is written"
+                    )));
+                }
+            }
+            for r in recordings.clone() {
+                for e in r.holds() {
+                    if e.buffer.same(a) && (e.access == Access::Write || access_a == Access::Write)
+                    {
+                        return Err(invalid(format!(
+                            "slot {i} holds a buffer that a command buffer of the \
+                             submission also binds, and one of them writes it"
+                        )));
+                    }
+                }
+            }
+        }
+        let mut views = SlotViews {
+            views: [SlotView {
+                base: std::ptr::null_mut(),
+                len: 0,
+            }; MAX_SLOTS],
+            len: table.len(),
+        };
+        for (v, b) in views.views.iter_mut().zip(table) {
+            if let Some(mem) = b.host() {
+                *v = SlotView {
+                    base: mem.base(),
+                    len: b.len(),
+                };
+            }
+        }
+        let block = pool().acquire_value(|index| TableBlock {
+            buffers: std::array::from_fn(|i| table.get(i).map(|b| (*b).clone())),
+            uses,
+            views,
+            index,
+        })?;
+        Ok(SlotTable(block))
+    }
+
+    /// The resolved table, for the submission's tiles.
+    pub(crate) fn views(&self) -> *const SlotViews {
+        // SAFETY: the block lives while `self` does.
+        unsafe { &raw const (*self.0.as_ptr()).views }
+    }
+
+    /// Calls `f` with each used slot's memory and access, until it returns
+    /// `false`; returns whether it never did.
+    pub(crate) fn each_hold(&self, mut f: impl FnMut(&HostMem, Access) -> bool) -> bool {
+        // SAFETY: the block lives while `self` does.
+        let block = unsafe { self.0.as_ref() };
+        for (buffer, access) in block.buffers.iter().zip(block.uses) {
+            let (Some(buffer), Some(access)) = (buffer, access) else {
+                continue;
+            };
+            let Some(mem) = buffer.host() else { continue };
+            if !f(mem, access) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl Drop for SlotTable {
+    fn drop(&mut self) {
+        // SAFETY: the block lives until here; its index read before.
+        let index = unsafe { self.0.as_ref() }.index;
+        // SAFETY: from this pool's `acquire_value` with `index`, released
+        // once (here).
+        unsafe { pool().release_value(self.0, index) };
+    }
+}
