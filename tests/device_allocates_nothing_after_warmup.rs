@@ -268,6 +268,76 @@ fn bound_frames_allocate_nothing() {
     assert_eq!(n, 0, "10k bound-dispatch frames allocated {n} times");
 }
 
+/// Frames through a binding table: one recording of two bound dispatches
+/// over slots (x -> y, then y -> z after a barrier), submitted each frame
+/// with one of two buffer triples (`execute_with`), a host write before
+/// and a host read after. Once warm, 10k frames allocate nothing (the
+/// table is a pooled block).
+fn table_frames_allocate_nothing() {
+    let device = Device::cpu_with(CpuConfig {
+        workers: 2,
+        queues: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let queue = device.queue(0).unwrap();
+    let sets: Vec<[fenceline::Buffer; 3]> = (0..2)
+        .map(|_| std::array::from_fn(|_| device.buffer(256).unwrap()))
+        .collect();
+    let step = |from: u32, to: u32| {
+        move |t: &Tile, io: &TileIo<'_>| {
+            let x: &[u32] = io.read(from as usize)?;
+            let y: &mut [u32] = io.chunk(to as usize)?;
+            let base = t.linear_id() as usize * 16;
+            for (i, out) in y.iter_mut().enumerate() {
+                *out = x[base + i] + 1;
+            }
+            Ok(())
+        }
+    };
+    let mut cb = device.command_buffer().unwrap();
+    cb.dispatch_with(
+        [4, 1, 1],
+        &[Binding::slot_read(0), Binding::slot_write_chunks(1, 64)],
+        step(0, 1),
+    )
+    .unwrap();
+    cb.barrier().unwrap();
+    cb.dispatch_with(
+        [4, 1, 1],
+        &[Binding::slot_read(1), Binding::slot_write_chunks(2, 64)],
+        step(0, 1),
+    )
+    .unwrap();
+    cb.end().unwrap();
+    let done = Semaphore::new(0);
+    let frame = |k: u64| {
+        let [x, y, z] = &sets[(k % 2) as usize];
+        let mut input = [0u8; 256];
+        for c in input.chunks_exact_mut(4) {
+            c.copy_from_slice(&(k as u32).to_ne_bytes());
+        }
+        x.write(0, &input).unwrap();
+        queue
+            .execute_with(&[], &[(&done, k)], &[&cb], &[x, y, z])
+            .unwrap();
+        done.wait(k, Duration::from_secs(10)).unwrap();
+        let mut out = [0u8; 256];
+        z.read(0, &mut out).unwrap();
+        let want = (k as u32 + 2).to_ne_bytes();
+        assert!(out.chunks_exact(4).all(|c| c == want), "frame {k}");
+    };
+    for k in 1..=1000 {
+        frame(k);
+    }
+    let before = common::allocations();
+    for k in 1001..=11_000 {
+        frame(k);
+    }
+    let n = common::allocations() - before;
+    assert_eq!(n, 0, "10k binding-table frames allocated {n} times");
+}
+
 /// The checks above, one after another in this binary's only test: the
 /// allocation count is process-wide, and a second test's thread, started
 /// late on a busy machine, allocates on itself before its body runs
@@ -280,4 +350,5 @@ fn one_check_after_another() {
     fresh_recordings_every_frame_allocate_nothing();
     reset_and_rerecord_every_frame_allocates_nothing();
     bound_frames_allocate_nothing();
+    table_frames_allocate_nothing();
 }
