@@ -860,3 +860,171 @@ fn an_action_holds_its_tables_buffers() {
     assert_eq!(out, [8; 64]);
     assert!(!x.is_held() && !y.is_held());
 }
+
+// Queue-ordered memory: a buffer from `alloca` is unusable until its
+// alloca ran and after its dealloca ran, for the host and for actions
+// alike (FailedPrecondition, its bytes never touched), zeroed when it
+// becomes usable. Mutations checked: `Hold::try_take` ignoring the
+// pending mark (the early host read goes through), and ignoring the gone
+// mark (the late read goes through).
+#[test]
+fn alloca_memory_is_usable_only_between_its_alloca_and_dealloca() {
+    let d = device();
+    let q = d.queue(0).unwrap();
+    let (gate, s) = (Semaphore::new(0), Semaphore::new(0));
+    let tmp = q.alloca(&[(&gate, 1)], &[(&s, 1)], 1000).unwrap();
+    assert_eq!(tmp.len(), 1000);
+    let e = tmp.write(0, &[1]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
+    assert!(e.message().contains("before its alloca ran"), "{e}");
+    let mut early_bytes = [0u8; 8];
+    assert_eq!(
+        tmp.read(0, &mut early_bytes).unwrap_err().kind(),
+        ErrorKind::FailedPrecondition
+    );
+    // An unordered action that uses it before the alloca ran fails too.
+    let mut fill = d.command_buffer().unwrap();
+    fill.fill(&tmp, 0, 1000, &[7]).unwrap();
+    fill.end().unwrap();
+    let early = Semaphore::new(0);
+    d.queue(1)
+        .unwrap()
+        .execute(&[], &[(&early, 1)], &[&fill])
+        .unwrap();
+    assert_eq!(
+        early.wait(1, T).unwrap_err().kind(),
+        ErrorKind::FailedPrecondition
+    );
+    gate.signal(1).unwrap();
+    s.wait(1, T).unwrap();
+    let mut out = vec![0xFFu8; 1000];
+    tmp.read(0, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == 0), "zeroed");
+    // Ordered after the alloca: the fill runs.
+    q.execute(&[(&s, 1)], &[(&s, 2)], &[&fill]).unwrap();
+    s.wait(2, T).unwrap();
+    tmp.read(0, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == 7));
+    q.dealloca(&[(&s, 2)], &[(&s, 3)], &tmp).unwrap();
+    s.wait(3, T).unwrap();
+    let e = tmp.read(0, &mut out).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
+    assert!(e.message().contains("after its dealloca ran"), "{e}");
+    let late = Semaphore::new(0);
+    q.execute(&[], &[(&late, 1)], &[&fill]).unwrap();
+    assert_eq!(
+        late.wait(1, T).unwrap_err().kind(),
+        ErrorKind::FailedPrecondition
+    );
+    // A second dealloca fails (its signal with it).
+    let twice = Semaphore::new(0);
+    q.dealloca(&[], &[(&twice, 1)], &tmp).unwrap();
+    let e = twice.wait(1, T).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
+    assert!(e.message().contains("ran already"), "{e}");
+}
+
+// A dealloca that runs while an action still uses the buffer fails (its
+// signals with it) and the buffer stays usable; a dealloca that runs
+// before the alloca closes it for good (the alloca then fails). A
+// dealloca of a buffer that is not this device's alloca is refused at the
+// call. Mutation checked: `Hold::close` closing a held word (the blocked
+// reader's buffer is closed under it: the dealloca succeeds).
+#[test]
+fn dealloca_never_closes_a_buffer_in_use() {
+    let d = device();
+    let q = d.queue(0).unwrap();
+    let s = Semaphore::new(0);
+    let tmp = q.alloca(&[], &[(&s, 1)], 64).unwrap();
+    s.wait(1, T).unwrap();
+    let writer_done = Semaphore::new(0);
+    let (gate, _entered) = a_writer_blocked_in_its_tile(&d, &tmp, 1, &writer_done);
+    let refused = Semaphore::new(0);
+    q.dealloca(&[], &[(&refused, 1)], &tmp).unwrap();
+    let e = refused.wait(1, T).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
+    assert!(e.message().contains("still uses it"), "{e}");
+    gate.send(()).unwrap();
+    writer_done.wait(1, T).unwrap();
+    let mut out = [0u8; 64];
+    tmp.read(0, &mut out).unwrap();
+    assert_eq!(out, [0xEE; 64], "still usable, the writer's bytes");
+    q.dealloca(&[], &[(&s, 2)], &tmp).unwrap();
+    s.wait(2, T).unwrap();
+
+    // Dealloca before alloca.
+    let (gate, order) = (Semaphore::new(0), Semaphore::new(0));
+    let early = q.alloca(&[(&gate, 1)], &[(&order, 1)], 64).unwrap();
+    q.dealloca(&[], &[(&order, 5)], &early).unwrap();
+    gate.signal(1).unwrap();
+    let e = order.wait(1, T).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    assert_eq!(
+        early.write(0, &[1]).unwrap_err().kind(),
+        ErrorKind::FailedPrecondition
+    );
+
+    // Not an alloca'd buffer of this device.
+    let plain = d.buffer(64).unwrap();
+    let e = q.dealloca(&[], &[], &plain).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    let other = device();
+    let theirs = other.queue(0).unwrap().alloca(&[], &[], 64).unwrap();
+    assert_eq!(
+        q.dealloca(&[], &[], &theirs).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        q.alloca(&[], &[], 0).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+}
+
+// A frame loop of alloca, a bound dispatch writing the new buffer through
+// a binding table, a host read, dealloca: every frame's buffer is fresh
+// (zeroed, then the frame's value), the memory recycled (a class of
+// blocks reused across frames: the allocation test counts it), and an
+// old handle kept past its dealloca never sees a later frame's bytes.
+#[test]
+fn alloca_frames_recycle_memory_and_old_handles_stay_closed() {
+    let d = device();
+    let q = d.queue(0).unwrap();
+    let mut cb = d.command_buffer().unwrap();
+    cb.dispatch_with(
+        [4, 1, 1],
+        &[Binding::slot_read(0), Binding::slot_write_chunks(1, 16)],
+        |t: &Tile, io: &TileIo<'_>| {
+            let frame: &[u32] = io.read(0)?;
+            let out: &mut [u32] = io.chunk(1)?;
+            out.fill(frame[0] + t.linear_id() as u32);
+            Ok(())
+        },
+    )
+    .unwrap();
+    cb.end().unwrap();
+    let input = d.buffer(4).unwrap();
+    let s = Semaphore::new(0);
+    let mut kept = Vec::new();
+    for frame in 0..50u32 {
+        let v = u64::from(frame) * 3;
+        input.write(0, &frame.to_ne_bytes()).unwrap();
+        let tmp = q.alloca(&[(&s, v)], &[(&s, v + 1)], 64).unwrap();
+        q.execute_with(&[(&s, v + 1)], &[(&s, v + 2)], &[&cb], &[&input, &tmp])
+            .unwrap();
+        s.wait(v + 2, T).unwrap();
+        let want: Vec<u32> = (0..16).map(|i| frame + i / 4).collect();
+        assert_eq!(u32s(&tmp), want, "frame {frame}");
+        q.dealloca(&[(&s, v + 2)], &[(&s, v + 3)], &tmp).unwrap();
+        s.wait(v + 3, T).unwrap();
+        if frame % 10 == 0 {
+            kept.push(tmp); // kept past its dealloca
+        }
+    }
+    let mut out = [0u8; 4];
+    for old in &kept {
+        assert_eq!(
+            old.read(0, &mut out).unwrap_err().kind(),
+            ErrorKind::FailedPrecondition
+        );
+    }
+}

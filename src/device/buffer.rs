@@ -9,12 +9,11 @@
 //! shared where it only reads; a host `read` or `write` for the copy), and
 //! a conflicting user fails instead of touching them.
 
-use std::alloc::Layout;
 use std::fmt;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::hold::{Access, Hold};
+use super::hold::Access;
+pub(crate) use super::host_mem::{conflict, HostMem, HostRef};
 use crate::error::{Error, ErrorKind};
 
 /// Alignment of a CPU-device buffer's first byte: a cache line, enough
@@ -38,129 +37,9 @@ pub struct Buffer {
 
 #[derive(Clone)]
 enum Mem {
-    Host(Arc<HostMem>),
+    Host(HostRef),
     #[cfg(feature = "cuda")]
     Cuda(Arc<super::cuda::driver::DeviceMem>),
-}
-
-/// A CPU-device buffer's bytes and hold word.
-pub(crate) struct HostMem {
-    ptr: NonNull<u8>,
-    len: usize,
-    hold: Hold,
-    /// The device that made it (its recording pool's address): command
-    /// buffers of other devices refuse it.
-    device: usize,
-}
-
-// SAFETY: the bytes are reached only through the hold protocol (module
-// docs): a writer alone, readers together; the word's acquire/release
-// orders each user's accesses after the previous holders'.
-unsafe impl Send for HostMem {}
-// SAFETY: as above.
-unsafe impl Sync for HostMem {}
-
-impl HostMem {
-    fn zeroed(len: usize, device: usize) -> Result<HostMem, Error> {
-        let layout = Layout::from_size_align(len, BUFFER_ALIGN).map_err(|_| too_large(len))?;
-        // SAFETY: `len > 0` (checked by `Buffer::new`).
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| too_large(len))?;
-        Ok(HostMem {
-            ptr,
-            len,
-            hold: Hold::new(),
-            device,
-        })
-    }
-
-    /// The hold word.
-    pub(crate) fn hold(&self) -> &Hold {
-        &self.hold
-    }
-
-    /// The bytes `range`, for a reader.
-    ///
-    /// # Safety
-    /// The caller holds the buffer (any access) for the slice's life, and
-    /// `range` is in bounds.
-    pub(crate) unsafe fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
-        debug_assert!(range.start <= range.end && range.end <= self.len);
-        // SAFETY: in bounds (contract); no writer while the caller holds.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(range.start), range.len()) }
-    }
-
-    /// The bytes `range`, for a writer.
-    ///
-    /// # Safety
-    /// The caller holds the buffer for writing and no other reference to
-    /// these bytes lives while the slice does (within an action: the
-    /// command's stage touches them through no other command, and a
-    /// dispatch hands each tile a disjoint chunk), and `range` is in
-    /// bounds.
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn bytes_mut(&self, range: std::ops::Range<usize>) -> &mut [u8] {
-        debug_assert!(range.start <= range.end && range.end <= self.len);
-        // SAFETY: in bounds and unaliased (contract).
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(range.start), range.len()) }
-    }
-
-    /// The first byte (for copies within one buffer, which may overlap,
-    /// and a bound dispatch's tiles).
-    pub(crate) fn base(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Runs `f` holding the buffer for `access`, or fails naming it.
-    fn held<R>(&self, access: Access, f: impl FnOnce() -> R) -> Result<R, Error> {
-        if !self.hold.try_take(access) {
-            return Err(conflict(self, access, "the host"));
-        }
-        let r = f();
-        self.hold.give_back(access);
-        Ok(r)
-    }
-}
-
-impl Drop for HostMem {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with this layout (valid then).
-        unsafe {
-            std::alloc::dealloc(
-                self.ptr.as_ptr(),
-                Layout::from_size_align_unchecked(self.len, BUFFER_ALIGN),
-            )
-        }
-    }
-}
-
-/// The error of a hold that met a conflicting holder: names the buffer
-/// (its address and length) and who wanted it.
-pub(crate) fn conflict(mem: &HostMem, access: Access, who: &str) -> Error {
-    let what = match access {
-        Access::Read => "read",
-        Access::Write => "write",
-    };
-    Error::new(
-        ErrorKind::FailedPrecondition,
-        format!(
-            "buffer {:p} ({} bytes): {who} would {what} it while a running action {} it \
-             (order the two with a semaphore)",
-            mem.ptr,
-            mem.len,
-            match access {
-                Access::Read => "writes",
-                Access::Write => "uses",
-            }
-        ),
-    )
-}
-
-fn too_large(len: usize) -> Error {
-    Error::new(
-        ErrorKind::ResourceExhausted,
-        format!("buffer of {len} bytes: out of host memory"),
-    )
 }
 
 impl fmt::Debug for Buffer {
@@ -179,8 +58,15 @@ impl Buffer {
             ));
         }
         Ok(Buffer {
-            mem: Mem::Host(Arc::new(HostMem::zeroed(len, device)?)),
+            mem: Mem::Host(HostRef::zeroed(len, device)?),
         })
+    }
+
+    /// A CPU buffer from `Queue::alloca`.
+    pub(crate) fn transient(mem: HostRef) -> Buffer {
+        Buffer {
+            mem: Mem::Host(mem),
+        }
     }
 
     /// A zeroed buffer of device memory.
@@ -216,7 +102,7 @@ impl Buffer {
     /// ```
     pub fn len(&self) -> usize {
         match &self.mem {
-            Mem::Host(m) => m.len,
+            Mem::Host(m) => m.len(),
             #[cfg(feature = "cuda")]
             Mem::Cuda(m) => m.len,
         }
@@ -312,11 +198,11 @@ impl Buffer {
 
     /// The CPU device that made the buffer (`None` for device memory).
     pub(crate) fn host_device(&self) -> Option<usize> {
-        self.host().map(|m| m.device)
+        self.host().map(|m| m.device())
     }
 
     /// A CPU-device buffer's memory (`None` for device memory).
-    pub(crate) fn host(&self) -> Option<&Arc<HostMem>> {
+    pub(crate) fn host(&self) -> Option<&HostRef> {
         match &self.mem {
             Mem::Host(m) => Some(m),
             #[cfg(feature = "cuda")]
@@ -358,7 +244,7 @@ impl Buffer {
 
     pub(crate) fn same(&self, other: &Buffer) -> bool {
         match (&self.mem, &other.mem) {
-            (Mem::Host(a), Mem::Host(b)) => Arc::ptr_eq(a, b),
+            (Mem::Host(a), Mem::Host(b)) => HostRef::ptr_eq(a, b),
             #[cfg(feature = "cuda")]
             (Mem::Cuda(a), Mem::Cuda(b)) => Arc::ptr_eq(a, b),
             #[cfg(feature = "cuda")]
@@ -369,7 +255,7 @@ impl Buffer {
     /// Identity of the buffer's memory (the same for every handle).
     pub(crate) fn id(&self) -> *const () {
         match &self.mem {
-            Mem::Host(m) => Arc::as_ptr(m).cast(),
+            Mem::Host(m) => HostRef::as_ptr(m).cast(),
             #[cfg(feature = "cuda")]
             Mem::Cuda(m) => Arc::as_ptr(m).cast(),
         }
@@ -433,7 +319,7 @@ impl Buffer {
         len: usize,
     ) -> Result<(), Error> {
         let (src, dst) = (self.host_mem()?, dst.host_mem()?);
-        debug_assert!(src_offset + len <= src.len && dst_offset + len <= dst.len);
+        debug_assert!(src_offset + len <= src.len() && dst_offset + len <= dst.len());
         // SAFETY: both ranges in bounds (contract); `copy` allows overlap;
         // no other user of `dst`'s range or writer of `src`'s (contract).
         unsafe { std::ptr::copy(src.base().add(src_offset), dst.base().add(dst_offset), len) };

@@ -452,6 +452,14 @@ impl Backend for CpuBackend {
         match work.payload() {
             Work::Barrier => work.complete(Ok(())),
             Work::HostCall(_) => self.issue_host_call(work),
+            Work::Alloca(buffer) => {
+                let r = super::alloca_ran(buffer);
+                work.complete(r)
+            }
+            Work::Dealloca(buffer) => {
+                let r = super::dealloca_ran(buffer);
+                work.complete(r)
+            }
             Work::Execute { .. } => self.issue_execute(work),
         }
     }

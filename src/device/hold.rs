@@ -15,11 +15,35 @@
 //! gave it back with Release), giving it back one RMW (Release). So the
 //! word also orders the bytes: whoever holds it after a writer sees that
 //! writer's bytes, whether or not a semaphore ordered the two.
+//!
+//! Queue-ordered memory (`Queue::alloca`) adds two marks that no take
+//! gets past: `PENDING` until the alloca's action runs (which clears it
+//! with a CAS), `GONE` once the dealloca's action ran (a CAS from a word
+//! nobody holds, so never under a running user). A buffer's bytes are
+//! therefore never touched before its alloca ran or after its dealloca
+//! ran, and are recycled only when its last handle is gone.
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// The word's value while a writer holds it.
 const WRITER: u64 = 1 << 63;
+/// Set until a transient buffer's alloca ran.
+const PENDING: u64 = 1 << 62;
+/// Set once a transient buffer's dealloca ran: for good.
+const GONE: u64 = 1 << 61;
+/// Bits no take gets past.
+const CLOSED: u64 = WRITER | PENDING | GONE;
+
+/// Where a buffer is in its queue-ordered life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Life {
+    /// Its alloca has not run yet.
+    Pending,
+    /// Usable.
+    Live,
+    /// Its dealloca ran.
+    Gone,
+}
 
 /// How a user touches a buffer's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +64,62 @@ impl Hold {
         Hold(AtomicU64::new(0))
     }
 
+    /// A word of a buffer whose alloca has not run.
+    pub fn new_pending() -> Hold {
+        Hold(AtomicU64::new(PENDING))
+    }
+
+    /// Marks a word nobody else can see yet as pending.
+    pub fn set_pending(&self) {
+        self.0.store(PENDING, Ordering::Relaxed);
+    }
+
+    /// The alloca ran: the buffer is usable from now on. `false` (and
+    /// nothing changes) if its dealloca ran first.
+    pub fn make_live(&self) -> bool {
+        // Release: the zeroed bytes (written before the buffer was handed
+        // out) to the first taker. (No one can hold a pending word.)
+        self.0
+            .compare_exchange(PENDING, 0, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// The dealloca ran: nothing may take the word again. `Err` with the
+    /// word's life if it cannot be closed: a user holds it (`Live`), or it
+    /// is gone already.
+    pub fn close(&self) -> Result<(), Life> {
+        let mut now = self.0.load(Ordering::Relaxed);
+        loop {
+            if now & GONE != 0 {
+                return Err(Life::Gone);
+            }
+            if now & !PENDING != 0 {
+                return Err(Life::Live);
+            }
+            // Acquire: the last holders' uses happen before the memory is
+            // recycled (when the last handle goes).
+            match self
+                .0
+                .compare_exchange_weak(now, GONE, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(seen) => now = seen,
+            }
+        }
+    }
+
+    /// Where the buffer is in its queue-ordered life.
+    pub fn life(&self) -> Life {
+        let now = self.0.load(Ordering::Acquire);
+        if now & GONE != 0 {
+            Life::Gone
+        } else if now & PENDING != 0 {
+            Life::Pending
+        } else {
+            Life::Live
+        }
+    }
+
     /// Takes the word for `access`: `false` (and nothing taken) if a
     /// holder conflicts (a writer, or for a write any holder).
     pub fn try_take(&self, access: Access) -> bool {
@@ -51,7 +131,7 @@ impl Hold {
             Access::Read => {
                 let mut now = self.0.load(Ordering::Relaxed);
                 loop {
-                    if now & WRITER != 0 {
+                    if now & CLOSED != 0 {
                         return false;
                     }
                     // Readers never fail because of other readers: a CAS
@@ -83,7 +163,7 @@ impl Hold {
         debug_assert!(
             match access {
                 Access::Write => before == WRITER,
-                Access::Read => before & WRITER == 0 && before > 0,
+                Access::Read => before & CLOSED == 0 && before > 0,
             },
             "a hold given back that was not taken ({access:?}, word {before:#x})"
         );
@@ -91,7 +171,7 @@ impl Hold {
 
     /// Whether anyone holds the word (tests).
     pub fn is_held(&self) -> bool {
-        self.0.load(Ordering::Acquire) != 0
+        self.0.load(Ordering::Acquire) & !(PENDING | GONE) != 0
     }
 }
 

@@ -19,6 +19,7 @@ pub mod hold;
 #[cfg(not(feature = "testing"))]
 pub(crate) mod hold;
 pub(crate) mod host_fn;
+mod host_mem;
 mod recording;
 mod stats;
 mod table;
@@ -49,6 +50,10 @@ use teardown::Teardown;
 pub(crate) enum Work {
     Barrier,
     HostCall(host_fn::HostFn),
+    /// Makes a pending buffer from `Queue::alloca` usable.
+    Alloca(Buffer),
+    /// Closes a buffer from `Queue::alloca` for good.
+    Dealloca(Buffer),
     Execute {
         inline: [Option<RecordingRef>; EXECUTE_INLINE_COMMAND_BUFFERS],
         more: Option<Box<[RecordingRef]>>,
@@ -150,6 +155,48 @@ pub(crate) fn take_holds(work: &mut Work) -> Result<(), Error> {
     Ok(())
 }
 
+/// An alloca's action: its buffer is usable from now on (before the
+/// action signals).
+fn alloca_ran(buffer: &Buffer) -> Result<(), Error> {
+    let Some(mem) = buffer.host() else {
+        return Ok(());
+    };
+    if mem.hold().make_live() {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::FailedPrecondition,
+            format!(
+                "alloca of buffer {:p} ({} bytes): its dealloca ran first",
+                buffer.id(),
+                buffer.len()
+            ),
+        ))
+    }
+}
+
+/// A dealloca's action: nothing may use the buffer from now on; its
+/// memory goes back with its last handle.
+fn dealloca_ran(buffer: &Buffer) -> Result<(), Error> {
+    let Some(mem) = buffer.host() else {
+        return Ok(());
+    };
+    mem.hold().close().map_err(|life| {
+        Error::new(
+            ErrorKind::FailedPrecondition,
+            format!(
+                "dealloca of buffer {:p} ({} bytes): {}",
+                buffer.id(),
+                buffer.len(),
+                match life {
+                    hold::Life::Gone => "its dealloca ran already",
+                    _ => "a running action still uses it (the buffer stays usable)",
+                }
+            ),
+        )
+    })
+}
+
 /// Gives back a finished submission's command buffers before it signals,
 /// so that whoever sees the signal finds the recordings released (a frame
 /// loop then needs no more recordings than frames in flight).
@@ -217,6 +264,10 @@ enum DeviceInner {
         /// Shut down once every queue state is freed (see `Drop`).
         executor: Option<Executor>,
         teardown: crate::sync::Arc<Teardown>,
+        /// Memory for `Queue::alloca`.
+        transient: Arc<host_mem::TransientPool>,
+        /// The device's identity for its buffers (`Device::cpu_id`).
+        id: usize,
     },
     #[cfg(feature = "cuda")]
     Cuda(cuda::CudaDevice),
@@ -310,13 +361,17 @@ impl Device {
                 ))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let recordings = crate::sync::Arc::new(RecordingPool::new(Target::Cpu));
+        let pool: *const RecordingPool = &*recordings;
         Ok(Device {
             inner: Arc::new(DeviceInner::Cpu {
                 queues,
                 executor: Some(executor),
                 teardown,
+                transient: Arc::new(host_mem::TransientPool::new()),
+                id: pool as usize,
             }),
-            recordings: crate::sync::Arc::new(RecordingPool::new(Target::Cpu)),
+            recordings,
         })
     }
 
@@ -572,6 +627,7 @@ impl Drop for DeviceInner {
                 queues,
                 executor,
                 teardown,
+                ..
             } => {
                 // Inside its own work: on one of its workers, or inside an
                 // issue pass (the drop of a cancelled or finished action's
@@ -825,6 +881,118 @@ impl Queue {
             }
         };
         self.submit(waits, signals, payload)
+    }
+
+    /// Queue-ordered transient memory: a buffer of `len` zeroed bytes that
+    /// becomes usable once this action runs (after `waits`), and before it
+    /// signals `signals`. Work ordered after those signals may use it;
+    /// anything that uses it before (an action, a host `read` or `write`)
+    /// fails with `FailedPrecondition` instead, never touching its bytes.
+    /// Give it back with [`dealloca`](Self::dealloca).
+    ///
+    /// The memory comes from the device's pool of power-of-two size
+    /// classes (up to 1 GiB; larger ones are allocated on their own): a
+    /// frame loop of alloca, work and dealloca allocates nothing once warm.
+    /// The bytes are zeroed at this call (so any `Pod` view of them is
+    /// defined), which costs a `memset` of `len` bytes.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is submitted when this returns an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument): `len` is 0, or a
+    ///   wait or signal value is `u64::MAX`.
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) on a CUDA
+    ///   device (not supported yet).
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted): the pool
+    ///   cannot grow, or the queue's action pool cannot.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, ErrorKind, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let q = device.queue(0)?;
+    /// let (gate, s) = (Semaphore::new(0), Semaphore::new(0));
+    /// let tmp = q.alloca(&[(&gate, 1)], &[(&s, 1)], 1 << 16)?;
+    /// // Not usable before its alloca ran:
+    /// assert_eq!(tmp.write(0, &[1]).unwrap_err().kind(), ErrorKind::FailedPrecondition);
+    /// gate.signal(1)?;
+    /// s.wait(1, Duration::from_secs(5))?;
+    /// tmp.write(0, &[1, 2, 3])?;
+    /// q.dealloca(&[(&s, 1)], &[(&s, 2)], &tmp)?;
+    /// s.wait(2, Duration::from_secs(5))?;
+    /// // Nor after its dealloca ran:
+    /// let mut out = [0u8; 3];
+    /// assert_eq!(tmp.read(0, &mut out).unwrap_err().kind(), ErrorKind::FailedPrecondition);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn alloca(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        len: usize,
+    ) -> Result<Buffer, Error> {
+        let DeviceInner::Cpu { transient, id, .. } = &*self.device else {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "Queue::alloca is not supported on a CUDA device yet",
+            ));
+        };
+        if len == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "alloca of 0 bytes: must be at least 1",
+            ));
+        }
+        let buffer = Buffer::transient(host_mem::TransientPool::alloca(transient, len, *id)?);
+        self.submit(waits, signals, Work::Alloca(buffer.clone()))?;
+        Ok(buffer)
+    }
+
+    /// Gives a buffer from [`alloca`](Self::alloca) back to the device's
+    /// pool once `waits` are met: from then on nothing may use it (an
+    /// action or host copy that tries fails with `FailedPrecondition`),
+    /// and its memory is recycled when its last handle is dropped. If an
+    /// action still uses the buffer when this one runs, this one fails
+    /// (its signals fail with `FailedPrecondition`) and the buffer stays
+    /// usable; so does a second dealloca of one buffer.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is submitted when this returns an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument): `buffer` did not
+    ///   come from this device's `alloca`, or a wait or signal value is
+    ///   `u64::MAX`.
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) on a CUDA
+    ///   device (not supported yet).
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted): the queue's
+    ///   action pool cannot grow.
+    pub fn dealloca(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        buffer: &Buffer,
+    ) -> Result<(), Error> {
+        let DeviceInner::Cpu { id, .. } = &*self.device else {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "Queue::dealloca is not supported on a CUDA device yet",
+            ));
+        };
+        let ours = buffer
+            .host()
+            .is_some_and(|m| m.is_transient() && m.device() == *id);
+        if !ours {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "dealloca of a buffer that did not come from this device's alloca",
+            ));
+        }
+        self.submit(waits, signals, Work::Dealloca(buffer.clone()))
     }
 
     /// `execute` with no command buffers: signals once the waits are reached.

@@ -1,0 +1,309 @@
+//! A CPU-device buffer's memory: its bytes (plain memory, aligned to
+//! [`BUFFER_ALIGN`]), its [`Hold`] word, and a hand-counted handle
+//! ([`HostRef`]) whose last drop frees it, or, for queue-ordered
+//! transient memory ([`Queue::alloca`](super::Queue::alloca)), hands it
+//! back to its device's [`TransientPool`] (no allocation once warm).
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
+
+use super::hold::{Access, Hold, Life};
+use super::BUFFER_ALIGN;
+use crate::error::{Error, ErrorKind};
+use crate::pool::{BlockPool, BlockPoolConfig, RawBlock};
+use crate::sync::atomic::{fence, AtomicUsize, Ordering};
+
+/// A CPU-device buffer's bytes and hold word, and where they go back.
+pub(crate) struct HostMem {
+    /// Handles (`HostRef`s); the last one's drop frees or recycles.
+    refs: AtomicUsize,
+    ptr: NonNull<u8>,
+    len: usize,
+    hold: Hold,
+    /// The device that made it (its recording pool's address): command
+    /// buffers of other devices refuse it.
+    device: usize,
+    home: Home,
+}
+
+/// Where a buffer's memory goes when its last handle drops.
+enum Home {
+    /// Its own allocations (`Device::buffer`): freed.
+    Heap,
+    /// A block of a transient pool (`Queue::alloca`), header and bytes:
+    /// handed back.
+    Pool {
+        pool: std::sync::Arc<TransientPool>,
+        class: usize,
+        index: u32,
+    },
+}
+
+// SAFETY: the bytes are reached only through the hold protocol (`hold`
+// module): a writer alone, readers together; the word's acquire/release
+// orders each user's accesses after the previous holders'. The rest is
+// atomic or written once before the first handle is shared.
+unsafe impl Send for HostMem {}
+// SAFETY: as above.
+unsafe impl Sync for HostMem {}
+
+impl HostMem {
+    /// The hold word.
+    pub(crate) fn hold(&self) -> &Hold {
+        &self.hold
+    }
+
+    /// The device that made it.
+    pub(crate) fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it came from `Queue::alloca`.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(self.home, Home::Pool { .. })
+    }
+
+    /// The bytes `range`, for a reader.
+    ///
+    /// # Safety
+    /// The caller holds the buffer (any access) for the slice's life, and
+    /// `range` is in bounds.
+    pub(crate) unsafe fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
+        debug_assert!(range.start <= range.end && range.end <= self.len);
+        // SAFETY: in bounds (contract); no writer while the caller holds.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(range.start), range.len()) }
+    }
+
+    /// The bytes `range`, for a writer.
+    ///
+    /// # Safety
+    /// The caller holds the buffer for writing and no other reference to
+    /// these bytes lives while the slice does (within an action: the
+    /// command's stage touches them through no other command, and a
+    /// dispatch hands each tile a disjoint chunk), and `range` is in
+    /// bounds.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn bytes_mut(&self, range: std::ops::Range<usize>) -> &mut [u8] {
+        debug_assert!(range.start <= range.end && range.end <= self.len);
+        // SAFETY: in bounds and unaliased (contract).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(range.start), range.len()) }
+    }
+
+    /// The first byte (for copies within one buffer, which may overlap,
+    /// and a bound dispatch's tiles).
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Runs `f` holding the buffer for `access`, or fails naming it.
+    pub(crate) fn held<R>(&self, access: Access, f: impl FnOnce() -> R) -> Result<R, Error> {
+        if !self.hold.try_take(access) {
+            return Err(conflict(self, access, "the host"));
+        }
+        let r = f();
+        self.hold.give_back(access);
+        Ok(r)
+    }
+}
+
+/// The error of a hold that could not be had: names the buffer (its
+/// address and length), who wanted it, and why.
+#[cold]
+pub(crate) fn conflict(mem: &HostMem, access: Access, who: &str) -> Error {
+    let what = match access {
+        Access::Read => "read",
+        Access::Write => "write",
+    };
+    let why = match mem.hold.life() {
+        Life::Pending => "before its alloca ran (wait for the alloca's signals)",
+        Life::Gone => "after its dealloca ran",
+        Life::Live => match access {
+            Access::Read => "while a running action writes it (order the two with a semaphore)",
+            Access::Write => "while a running action uses it (order the two with a semaphore)",
+        },
+    };
+    Error::new(
+        ErrorKind::FailedPrecondition,
+        format!(
+            "buffer {:p} ({} bytes): {who} would {what} it {why}",
+            mem.ptr, mem.len
+        ),
+    )
+}
+
+fn too_large(len: usize) -> Error {
+    Error::new(
+        ErrorKind::ResourceExhausted,
+        format!("buffer of {len} bytes: out of host memory"),
+    )
+}
+
+/// A counted handle to a [`HostMem`] (what a CPU [`Buffer`](super::Buffer)
+/// holds). Cloning counts one more; the last drop frees the memory, or
+/// hands a transient buffer's block back to its pool.
+pub(crate) struct HostRef(NonNull<HostMem>);
+
+// SAFETY: `HostMem` is `Send + Sync`; the count is atomic.
+unsafe impl Send for HostRef {}
+// SAFETY: as above.
+unsafe impl Sync for HostRef {}
+
+impl HostRef {
+    /// `len > 0` zeroed bytes of their own (`Device::buffer`).
+    pub(crate) fn zeroed(len: usize, device: usize) -> Result<HostRef, Error> {
+        let layout = Layout::from_size_align(len, BUFFER_ALIGN).map_err(|_| too_large(len))?;
+        // SAFETY: `len > 0` (the caller's check).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| too_large(len))?;
+        let mem = Box::new(HostMem {
+            refs: AtomicUsize::new(1),
+            ptr,
+            len,
+            hold: Hold::new(),
+            device,
+            home: Home::Heap,
+        });
+        Ok(HostRef(NonNull::from(Box::leak(mem))))
+    }
+
+    pub(crate) fn ptr_eq(a: &HostRef, b: &HostRef) -> bool {
+        a.0 == b.0
+    }
+
+    pub(crate) fn as_ptr(this: &HostRef) -> *const HostMem {
+        this.0.as_ptr()
+    }
+}
+
+impl std::ops::Deref for HostRef {
+    type Target = HostMem;
+
+    fn deref(&self) -> &HostMem {
+        // SAFETY: alive while any handle is (this one).
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Clone for HostRef {
+    fn clone(&self) -> HostRef {
+        // Relaxed: a new handle comes from an existing one, which keeps
+        // the memory alive meanwhile (as `Arc`).
+        self.refs.fetch_add(1, Ordering::Relaxed);
+        HostRef(self.0)
+    }
+}
+
+impl Drop for HostRef {
+    fn drop(&mut self) {
+        // Release: our uses happen before the last handle's free; the
+        // Acquire fence below pairs with every other handle's release.
+        if self.refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        fence(Ordering::Acquire);
+        let mem = self.0.as_ptr();
+        // SAFETY: the last handle: nothing else reaches the memory.
+        unsafe {
+            match &(*mem).home {
+                Home::Heap => {
+                    let len = (*mem).len;
+                    std::alloc::dealloc(
+                        (*mem).ptr.as_ptr(),
+                        Layout::from_size_align_unchecked(len, BUFFER_ALIGN),
+                    );
+                    drop(Box::from_raw(mem));
+                }
+                Home::Pool { .. } => {
+                    let Home::Pool { pool, class, index } = std::ptr::read(&(*mem).home) else {
+                        unreachable!("matched above");
+                    };
+                    // The header goes with the block (its other fields own
+                    // nothing); the pool's handle was moved out above.
+                    let block = RawBlock::from_parts(self.0.cast::<u8>(), index);
+                    pool.classes[class].release_raw(block);
+                    drop(pool);
+                }
+            }
+        }
+    }
+}
+
+/// The smallest transient size class, in bytes.
+const SMALLEST: usize = 64;
+/// Size classes: `SMALLEST << c` bytes for `c` below this (up to 1 GiB);
+/// a larger `alloca` gets memory of its own.
+const CLASSES: usize = 25;
+/// Bytes before a transient block's data: its header, rounded to the
+/// alignment of the data.
+const HEADER: usize = std::mem::size_of::<HostMem>().next_multiple_of(BUFFER_ALIGN);
+
+/// A device's memory for `Queue::alloca`: one block pool per power-of-two
+/// size class, each block a buffer's header and its bytes. Lock-free; a
+/// class takes memory only when more of its buffers are alive at once
+/// than ever before, and keeps it until the device (and every buffer it
+/// handed out) is gone.
+pub(crate) struct TransientPool {
+    classes: [BlockPool; CLASSES],
+}
+
+impl TransientPool {
+    pub(crate) fn new() -> TransientPool {
+        TransientPool {
+            classes: std::array::from_fn(|c| {
+                BlockPool::with_config(BlockPoolConfig {
+                    block_size: HEADER + (SMALLEST << c),
+                    align: BUFFER_ALIGN,
+                    first_chunk_blocks: 1,
+                    max_blocks: None,
+                })
+                .expect("a valid pool shape")
+            }),
+        }
+    }
+
+    /// A buffer of `len > 0` zeroed bytes, pending (unusable until its
+    /// alloca runs: [`Hold::make_live`]).
+    pub(crate) fn alloca(
+        this: &std::sync::Arc<TransientPool>,
+        len: usize,
+        device: usize,
+    ) -> Result<HostRef, Error> {
+        let class = (0..CLASSES).find(|&c| SMALLEST << c >= len);
+        let Some(class) = class else {
+            // Past the largest class: memory of its own, pending as well.
+            let r = HostRef::zeroed(len, device)?;
+            r.hold.set_pending();
+            return Ok(r);
+        };
+        let block = this.classes[class].acquire_raw()?;
+        let base = block.as_ptr().as_ptr();
+        let index = block.index();
+        // SAFETY: the block is ours (just acquired): `HEADER + (SMALLEST
+        // << class)` bytes at `base`, aligned to `BUFFER_ALIGN`, which
+        // fits a `HostMem` (`HEADER`) and `len` bytes after it.
+        unsafe {
+            let data = base.add(HEADER);
+            // Zeroed: safe code may read the bytes as any `Pod` type.
+            std::ptr::write_bytes(data, 0, len);
+            let header = base.cast::<HostMem>();
+            header.write(HostMem {
+                refs: AtomicUsize::new(1),
+                ptr: NonNull::new_unchecked(data),
+                len,
+                hold: Hold::new_pending(),
+                device,
+                home: Home::Pool {
+                    pool: this.clone(),
+                    class,
+                    index,
+                },
+            });
+            Ok(HostRef(NonNull::new_unchecked(header)))
+        }
+    }
+}
