@@ -928,8 +928,10 @@ fn alloca_memory_is_usable_only_between_its_alloca_and_dealloca() {
 // signals with it) and the buffer stays usable; a dealloca that runs
 // before the alloca closes it for good (the alloca then fails). A
 // dealloca of a buffer that is not this device's alloca is refused at the
-// call. Mutation checked: `Hold::close` closing a held word (the blocked
-// reader's buffer is closed under it: the dealloca succeeds).
+// call. Mutation checked: `Hold::close` closing a held word: the
+// dealloca's signal is reached and the test does not pass (it then hangs
+// in the device's drop, the writer's give-back asserting on the closed
+// word; loom's `a_close_never_closes_a_held_word` fails outright).
 #[test]
 fn dealloca_never_closes_a_buffer_in_use() {
     let d = device();

@@ -138,3 +138,25 @@ fn a_give_back_racing_a_take_publishes_the_bytes() {
         assert_eq!(taker.join().unwrap(), 9);
     });
 }
+
+// Catches: a dealloca closing a buffer a user still holds (the memory
+// would be recycled under it: the closer's write below stands for the
+// reuse), or a user taking a closed one. Mutation checked: `Hold::close`
+// not refusing a held word (loom: concurrent accesses to the bytes).
+#[test]
+fn a_close_never_closes_a_held_word() {
+    loom::model(|| {
+        let b = bytes();
+        let user = {
+            let b = b.clone();
+            thread::spawn(move || read(&b))
+        };
+        if b.hold.close().is_ok() {
+            // Closed: nobody holds it or ever will; the bytes are ours to
+            // recycle.
+            // SAFETY: closed (what the model checks).
+            b.value.with_mut(|p| unsafe { *p = 1 });
+        }
+        let _ = user.join().unwrap();
+    });
+}
