@@ -338,6 +338,75 @@ fn table_frames_allocate_nothing() {
     assert_eq!(n, 0, "10k binding-table frames allocated {n} times");
 }
 
+/// The data plane's frame loop: a host write of `x`, an `alloca` of the
+/// intermediate `y`, one recording of two bound dispatches through a
+/// binding table (x -> y, barrier, y -> z), a `dealloca` of `y`, a host
+/// read of `z`. Once warm, 10k frames allocate nothing (pooled table,
+/// pooled transient memory and handles).
+fn alloca_frames_allocate_nothing() {
+    let device = Device::cpu_with(CpuConfig {
+        workers: 2,
+        queues: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let queue = device.queue(0).unwrap();
+    let (x, z) = (device.buffer(256).unwrap(), device.buffer(256).unwrap());
+    let step = |t: &Tile, io: &TileIo<'_>| {
+        let x: &[u32] = io.read(0)?;
+        let y: &mut [u32] = io.chunk(1)?;
+        let base = t.linear_id() as usize * 16;
+        for (i, out) in y.iter_mut().enumerate() {
+            *out = x[base + i] + 1;
+        }
+        Ok(())
+    };
+    let mut cb = device.command_buffer().unwrap();
+    cb.dispatch_with(
+        [4, 1, 1],
+        &[Binding::slot_read(0), Binding::slot_write_chunks(1, 64)],
+        step,
+    )
+    .unwrap();
+    cb.barrier().unwrap();
+    cb.dispatch_with(
+        [4, 1, 1],
+        &[Binding::slot_read(1), Binding::slot_write_chunks(2, 64)],
+        step,
+    )
+    .unwrap();
+    cb.end().unwrap();
+    let s = Semaphore::new(0);
+    let frame = |k: u64| {
+        let v = 3 * k;
+        let mut input = [0u8; 256];
+        for c in input.chunks_exact_mut(4) {
+            c.copy_from_slice(&(k as u32).to_ne_bytes());
+        }
+        x.write(0, &input).unwrap();
+        let y = queue.alloca(&[(&s, v - 3)], &[(&s, v - 2)], 256).unwrap();
+        queue
+            .execute_with(&[(&s, v - 2)], &[(&s, v - 1)], &[&cb], &[&x, &y, &z])
+            .unwrap();
+        queue.dealloca(&[(&s, v - 1)], &[(&s, v)], &y).unwrap();
+        drop(y);
+        s.wait(v, Duration::from_secs(10)).unwrap();
+        let mut out = [0u8; 256];
+        z.read(0, &mut out).unwrap();
+        let want = (k as u32 + 2).to_ne_bytes();
+        assert!(out.chunks_exact(4).all(|c| c == want), "frame {k}");
+    };
+    for k in 1..=1000 {
+        frame(k);
+    }
+    let before = common::allocations();
+    for k in 1001..=11_000 {
+        frame(k);
+    }
+    let n = common::allocations() - before;
+    assert_eq!(n, 0, "10k alloca frames allocated {n} times");
+}
+
 /// The checks above, one after another in this binary's only test: the
 /// allocation count is process-wide, and a second test's thread, started
 /// late on a busy machine, allocates on itself before its body runs
@@ -351,4 +420,5 @@ fn one_check_after_another() {
     reset_and_rerecord_every_frame_allocates_nothing();
     bound_frames_allocate_nothing();
     table_frames_allocate_nothing();
+    alloca_frames_allocate_nothing();
 }
