@@ -10,6 +10,7 @@
 //! a conflicting user fails instead of touching them.
 
 use std::fmt;
+#[cfg(feature = "cuda")]
 use std::sync::Arc;
 
 use super::hold::Access;

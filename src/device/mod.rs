@@ -935,11 +935,15 @@ impl Queue {
         signals: &[(&Semaphore, u64)],
         len: usize,
     ) -> Result<Buffer, Error> {
-        let DeviceInner::Cpu { transient, id, .. } = &*self.device else {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                "Queue::alloca is not supported on a CUDA device yet",
-            ));
+        let (transient, id) = match &*self.device {
+            DeviceInner::Cpu { transient, id, .. } => (transient, id),
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(_) => {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    "Queue::alloca is not supported on a CUDA device yet",
+                ))
+            }
         };
         if len == 0 {
             return Err(Error::new(
@@ -977,11 +981,15 @@ impl Queue {
         signals: &[(&Semaphore, u64)],
         buffer: &Buffer,
     ) -> Result<(), Error> {
-        let DeviceInner::Cpu { id, .. } = &*self.device else {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                "Queue::dealloca is not supported on a CUDA device yet",
-            ));
+        let id = match &*self.device {
+            DeviceInner::Cpu { id, .. } => id,
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(_) => {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    "Queue::dealloca is not supported on a CUDA device yet",
+                ))
+            }
         };
         let ours = buffer
             .host()
