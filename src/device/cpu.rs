@@ -452,12 +452,16 @@ impl Backend for CpuBackend {
         match work.payload() {
             Work::Barrier => work.complete(Ok(())),
             Work::HostCall(_) => self.issue_host_call(work),
-            Work::Alloca(buffer) => {
-                let r = super::alloca_ran(buffer);
-                work.complete(r)
-            }
-            Work::Dealloca(buffer) => {
-                let r = super::dealloca_ran(buffer);
+            Work::Alloca(_) | Work::Dealloca(_) => {
+                let mut work = work;
+                // The payload's handle goes before the signal: whoever sees
+                // a dealloca's signal (with its own handles dropped) finds
+                // the memory back in the pool.
+                let r = match std::mem::replace(work.payload_mut(), Work::Barrier) {
+                    Work::Alloca(buffer) => super::alloca_ran(&buffer),
+                    Work::Dealloca(buffer) => super::dealloca_ran(&buffer),
+                    _ => unreachable!("matched above"),
+                };
                 work.complete(r)
             }
             Work::Execute { .. } => self.issue_execute(work),
