@@ -5,8 +5,10 @@
 //! signals or fails (during submission, or only at the end), and 2 or 3
 //! submitting threads, each submitting random actions over the queues:
 //! `execute` of freshly recorded command buffers (fill / update / copy /
-//! dispatch, with barriers) and of one command buffer shared by every
-//! thread, `barrier`, and `host_call`. Every action signals semaphores of
+//! dispatch, with barriers; a stage of dispatches only reads the action's
+//! buffers through bindings) and of one command buffer shared by every
+//! thread (a bound dispatch reading one buffer from every thread at once),
+//! `barrier`, and `host_call`. Every action signals semaphores of
 //! its own (1 or 2, at one value of 1 to 3) and waits on gates and on
 //! earlier actions' semaphores, so the graph is a DAG and no value is ever
 //! signalled twice. Injected into it: tile and host-call errors
@@ -999,7 +1001,7 @@ fn record(device: &Device, world: &World, id: usize, cb: &CbPlan) -> Result<Comm
                 Cmd::Dispatch { grid, fault } => {
                     let (state, fault, [x, y, _]) = (st.clone(), *fault, *grid);
                     let tracked = Tracked::new(&world.live, std::mem::take(&mut drop_panic));
-                    out.dispatch(*grid, move |t: &Tile| {
+                    let tile = move |t: &Tile| {
                         let _keep = &tracked;
                         let [i, j, k] = t.workgroup_id.map(u64::from);
                         let index = i + u64::from(x) * (j + u64::from(y) * k);
@@ -1009,7 +1011,31 @@ fn record(device: &Device, world: &World, id: usize, cb: &CbPlan) -> Result<Comm
                             Some((at, f)) if at == index => f.raise(),
                             _ => Ok(()),
                         }
-                    })?;
+                    };
+                    // In a stage of dispatches only, the dispatch reads both
+                    // of the action's buffers through bindings (its tiles
+                    // then run under the action's shared holds, beside the
+                    // stage's other readers); elsewhere (a stage that
+                    // writes a buffer) it binds nothing.
+                    if stage.iter().all(|c| matches!(c, Cmd::Dispatch { .. })) {
+                        out.dispatch_with(
+                            *grid,
+                            &[Binding::read(&bufs[0]), Binding::read(&bufs[1])],
+                            move |t: &Tile, io: &TileIo<'_>| {
+                                if io.read::<u8>(0)?.len() != BUF_LEN
+                                    || io.read::<u8>(1)?.len() != BUF_LEN
+                                {
+                                    return Err(Error::new(
+                                        ErrorKind::Internal,
+                                        "a binding's length",
+                                    ));
+                                }
+                                tile(t)
+                            },
+                        )?;
+                    } else {
+                        out.dispatch(*grid, tile)?;
+                    }
                 }
             }
         }
