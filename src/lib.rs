@@ -57,6 +57,9 @@ mod test_alloc;
 mod trace;
 mod unwind;
 
+/// The crate `TileIo::read` / `chunk` take their element types' `Pod`
+/// bound from, re-exported so a user needs no version of their own.
+pub use bytemuck;
 #[cfg(feature = "cuda")]
 pub use device::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel, KernelArg};
 pub use device::{

@@ -248,21 +248,25 @@ const HEADER: usize = std::mem::size_of::<HostMem>().next_multiple_of(BUFFER_ALI
 /// than ever before, and keeps it until the device (and every buffer it
 /// handed out) is gone.
 pub(crate) struct TransientPool {
-    classes: [BlockPool; CLASSES],
+    /// On the heap, made one at a time: a pool's chunk table is large (and
+    /// larger under the model checker, whose threads' stacks are small).
+    classes: Box<[BlockPool]>,
 }
 
 impl TransientPool {
     pub(crate) fn new() -> TransientPool {
         TransientPool {
-            classes: std::array::from_fn(|c| {
-                BlockPool::with_config(BlockPoolConfig {
-                    block_size: HEADER + (SMALLEST << c),
-                    align: BUFFER_ALIGN,
-                    first_chunk_blocks: 1,
-                    max_blocks: None,
+            classes: (0..CLASSES)
+                .map(|c| {
+                    BlockPool::with_config(BlockPoolConfig {
+                        block_size: HEADER + (SMALLEST << c),
+                        align: BUFFER_ALIGN,
+                        first_chunk_blocks: 1,
+                        max_blocks: None,
+                    })
+                    .expect("a valid pool shape")
                 })
-                .expect("a valid pool shape")
-            }),
+                .collect(),
         }
     }
 
