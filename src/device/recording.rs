@@ -122,16 +122,24 @@ unsafe impl Sync for Command {}
 impl Drop for Command {
     fn drop(&mut self) {
         if let Command::Dispatch { f, bindings, .. } = self {
-            // SAFETY: the closure and the bindings were moved into the
-            // arena for this command alone, and a command is dropped once
-            // (type docs); the closure, which points to the bindings, goes
-            // first.
-            unsafe {
-                f.as_ptr().drop_in_place();
-                if let Some(b) = bindings {
-                    b.as_ptr().drop_in_place();
+            /// Drops the bindings when it goes: after the closure, also
+            /// when a capture's `Drop` panics (the bindings' buffer handles
+            /// would leak otherwise).
+            struct Bindings(Option<NonNull<[Bound]>>);
+            impl Drop for Bindings {
+                fn drop(&mut self) {
+                    if let Some(b) = self.0 {
+                        // SAFETY: moved into the arena for this command
+                        // alone, dropped once (here).
+                        unsafe { b.as_ptr().drop_in_place() }
+                    }
                 }
             }
+            let _bindings = Bindings(*bindings);
+            // SAFETY: the closure was moved into the arena for this command
+            // alone, and a command is dropped once (type docs); it goes
+            // before the bindings it points to.
+            unsafe { f.as_ptr().drop_in_place() };
         }
     }
 }
