@@ -139,8 +139,8 @@ impl<P> QueueAction<P> {
     /// # Safety
     /// If `lent`, the caller's semaphores outlive the action, or the
     /// action is kept (`keep`) before they may go.
-    // Inlined into `submit` (its two call sites): about 1 ns of 28 on a
-    // direct submission (criterion, BENCHMARKS.md, 2026-12-05).
+    // Inlined into `submit` (its two call sites): the call was a
+    // measurable part of a direct submission (BENCHMARKS.md).
     #[inline(always)]
     pub(crate) unsafe fn create<C: BlockSource>(
         pool: &mut C,
@@ -371,8 +371,8 @@ impl<P> QueueAction<P> {
     /// # Safety
     /// The caller owns the action; nothing will touch it again; `pool`
     /// gives blocks of the pool the action's came from.
-    // Inlined: on a direct submission its call and prologue were about
-    // 1.7 ns of 31 (a probe, BENCHMARKS.md, 2026-12-05).
+    // Inlined: on a direct submission its call and prologue were a
+    // measurable part of the path (BENCHMARKS.md).
     #[inline(always)]
     pub(crate) unsafe fn destroy<C: BlockSource + ?Sized>(
         action: NonNull<QueueAction<P>>,

@@ -920,7 +920,7 @@ impl<B: Backend> QueueState<B> {
             // (A successor of a linked node is linked in the same list.)
             // The last one's link is not read: it was not fetched yet, and
             // a load of it would wait for the whole miss (a fifth of
-            // `drain_turn`'s samples, 2026-12-04).
+            // `drain_turn`'s samples when it did).
             let mut ahead = issuer.waiting.next(action);
             for i in 1..=PREFETCH_WAITING {
                 let Some(next) = ahead else { break };

@@ -585,15 +585,12 @@ impl Drop for Worker {
 /// polling costs the other cores nothing), so work published meanwhile is
 /// seen one `pause` and one miss after it lands. Longer than a chain's
 /// usual gap between two pieces of work (a dispatch's frame to the next:
-/// 1-2 us on the project's VM). The exponential backoff it replaced
-/// (`crossbeam_utils::Backoff::snooze`, about as long) read at gaps of up
-/// to 64 `pause`s, 1.6 us here (a `pause` takes 25 ns): a dispatch's
-/// second worker joined its frame 1.3 us after the first (0.6 us now), and
-/// a spinning worker's first tile came 0.42-0.47 us after the `execute`
-/// (0.29-0.31 us now; BENCHMARKS.md, 2026-12-04 midnight). A host wait
-/// keeps its backoff: polling there too made a prebuilt 1024-way
-/// fork/join 4-5% slower (its waiting thread is a third thread on two
-/// cores), so it was not kept.
+/// 1-2 us on the project's VM). Polling at single `pause`s, not at an
+/// exponential backoff's growing gaps (up to 64 `pause`s), is what lets a
+/// dispatch's second worker and a spinning worker's first tile start
+/// soon after the work is published (figures in BENCHMARKS.md). A host
+/// wait keeps its backoff: polling there too slows a prebuilt fork/join
+/// (its waiting thread is a third thread on two cores).
 #[cfg(not(fenceline_loom))]
 const SPIN_POLLING: std::time::Duration = std::time::Duration::from_micros(4);
 
