@@ -753,14 +753,6 @@ impl Queue {
         signals: &[(&Semaphore, u64)],
         command_buffers: &[&CommandBuffer],
     ) -> Result<(), Error> {
-        for cb in command_buffers {
-            if cb.recording_for_submit()?.has_slots() {
-                return Err(Error::new(
-                    ErrorKind::InvalidArgument,
-                    "a command buffer with slot bindings needs a binding table: execute_with",
-                ));
-            }
-        }
         self.execute_table(waits, signals, command_buffers, None)
     }
 
@@ -827,15 +819,7 @@ impl Queue {
         command_buffers: &[&CommandBuffer],
         table: &[&Buffer],
     ) -> Result<(), Error> {
-        for cb in command_buffers {
-            let r = cb.recording_for_submit()?;
-            check_recordings(&self.device, &[r])?;
-        }
-        if table.is_empty()
-            && command_buffers
-                .iter()
-                .all(|cb| cb.recording_for_submit().is_ok_and(|r| !r.has_slots()))
-        {
+        if table.is_empty() {
             return self.execute_table(waits, signals, command_buffers, None);
         }
         if !matches!(&*self.device, DeviceInner::Cpu { .. }) {
@@ -863,6 +847,13 @@ impl Queue {
         for (i, cb) in command_buffers.iter().enumerate() {
             let r = cb.recording_for_submit()?;
             check_recordings(&self.device, &[r])?;
+            if table.is_none() && r.has_slots() {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    "a command buffer binds slots: it needs a binding table with every slot it \
+                     binds (execute_with)",
+                ));
+            }
             let r = r.clone();
             if i < EXECUTE_INLINE_COMMAND_BUFFERS {
                 inline[i] = Some(r);
