@@ -458,8 +458,8 @@ impl Backend for CpuBackend {
                 // a dealloca's signal (with its own handles dropped) finds
                 // the memory back in the pool.
                 let r = match std::mem::replace(work.payload_mut(), Work::Barrier) {
-                    Work::Alloca(buffer) => super::alloca_ran(&buffer),
-                    Work::Dealloca(buffer) => super::dealloca_ran(&buffer),
+                    Work::Alloca(buffer) => super::work::alloca_ran(&buffer),
+                    Work::Dealloca(buffer) => super::work::dealloca_ran(&buffer),
                     _ => unreachable!("matched above"),
                 };
                 work.complete(r)

@@ -1,0 +1,436 @@
+//! [`Queue`]: a device queue's handle, and what it submits (execute with
+//! or without a binding table, barrier, host call, alloca, dealloca).
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::recording::{RecordingRef, Target};
+use super::work::Work;
+use super::{
+    host_fn, host_mem, table, Buffer, CommandBuffer, DeviceInner, EXECUTE_INLINE_COMMAND_BUFFERS,
+};
+use crate::error::{Error, ErrorKind};
+use crate::semaphore::Semaphore;
+
+/// A device queue: a cheap `Clone + Send + Sync` handle.
+#[derive(Clone)]
+pub struct Queue {
+    pub(super) device: Arc<DeviceInner>,
+    pub(super) index: usize,
+}
+
+impl fmt::Debug for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Queue").field("index", &self.index).finish()
+    }
+}
+
+/// Checks that every recording was made for the device it is submitted to.
+fn check_recordings(device: &DeviceInner, recordings: &[&RecordingRef]) -> Result<(), Error> {
+    let ok = recordings.iter().all(|r| match (device, &r.pool().target) {
+        (DeviceInner::Cpu { .. }, Target::Cpu) => true,
+        #[cfg(feature = "cuda")]
+        (DeviceInner::Cuda(d), Target::Cuda(shared)) => Arc::ptr_eq(&shared.ctx, &d.shared.ctx),
+        #[cfg(feature = "cuda")]
+        _ => false,
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::FailedPrecondition,
+            "command buffer was recorded for another device",
+        ))
+    }
+}
+
+impl Queue {
+    fn submit(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        payload: Work,
+    ) -> Result<(), Error> {
+        match &*self.device {
+            DeviceInner::Cpu { queues, .. } => queues[self.index].submit(waits, signals, payload),
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(d) => {
+                d.queues[self.index].submit(waits, signals, super::cuda::CudaPayload::new(payload))
+            }
+        }
+    }
+
+    /// Runs `command_buffers` in order once every wait is reached, then
+    /// signals every signal (or fails them with the first error: a failed
+    /// wait, a failing command or tile, a panic). Up to
+    /// [`EXECUTE_INLINE_COMMAND_BUFFERS`] command buffers are kept without
+    /// allocating; more take one allocation.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is submitted and no semaphore is touched when this returns
+    /// an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if a wait or signal
+    ///   value is `u64::MAX` (reserved for failure).
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) if a command
+    ///   buffer was not [ended](CommandBuffer::end) or was recorded for
+    ///   another device.
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if the queue's
+    ///   action pool cannot grow (out of memory, or at its size limit).
+    ///
+    /// Errors of the work itself are not returned here: they fail the
+    /// signal semaphores.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let buf = device.buffer(4)?;
+    /// let mut cb = device.command_buffer()?;
+    /// cb.update(&[1, 2, 3, 4], &buf, 0)?;
+    /// cb.end()?;
+    /// let (start, done) = (Semaphore::new(0), Semaphore::new(0));
+    /// device.queue(0)?.execute(&[(&start, 1)], &[(&done, 1)], &[&cb])?;
+    /// start.signal(1)?; // the command buffer may run from now on
+    /// done.wait(1, Duration::from_secs(5))?;
+    /// let mut out = [0; 4];
+    /// buf.read(0, &mut out)?;
+    /// assert_eq!(out, [1, 2, 3, 4]);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn execute(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        command_buffers: &[&CommandBuffer],
+    ) -> Result<(), Error> {
+        self.execute_table(waits, signals, command_buffers, None)
+    }
+
+    /// As [`execute`](Self::execute), with a binding table: slot `i` of
+    /// the command buffers' slot bindings
+    /// ([`Binding::slot_read`](Binding::slot_read),
+    /// [`Binding::slot_write_chunks`](Binding::slot_write_chunks)) is
+    /// `table[i]`, for this submission only. One recording runs on new
+    /// buffers every submission, and the table costs no allocation once
+    /// warm. The action holds the table's buffers as it holds the ones its
+    /// command buffers name.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is submitted and no semaphore is touched when this returns
+    /// an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument): as for `execute`;
+    ///   a table of more than [`MAX_SLOTS`] buffers, or shorter than a slot
+    ///   a command buffer binds; a buffer shorter than its slot's chunks,
+    ///   or of another device; one buffer in two slots where either is
+    ///   written, or in a slot and bound directly by a command buffer of the
+    ///   submission where either writes it.
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition): as for
+    ///   `execute`; a non-empty table on a CUDA device (not supported yet).
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted): as for
+    ///   `execute`, or the table pool cannot grow.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Binding, Device, Semaphore, Tile, TileIo};
+    ///
+    /// let device = Device::cpu()?;
+    /// let mut cb = device.command_buffer()?;
+    /// cb.dispatch_with(
+    ///     [2, 1, 1],
+    ///     &[Binding::slot_read(0), Binding::slot_write_chunks(1, 4)],
+    ///     |t: &Tile, io: &TileIo<'_>| {
+    ///         let x: &[u32] = io.read(0)?;
+    ///         io.chunk::<u32>(1)?[0] = x[t.linear_id() as usize] * 10;
+    ///         Ok(())
+    ///     },
+    /// )?;
+    /// cb.end()?;
+    /// let q = device.queue(0)?;
+    /// let done = Semaphore::new(0);
+    /// for frame in 1..=3u32 {
+    ///     let (x, y) = (device.buffer(8)?, device.buffer(8)?); // new buffers
+    ///     x.write(0, &[frame.to_ne_bytes(), (frame + 1).to_ne_bytes()].concat())?;
+    ///     q.execute_with(&[], &[(&done, u64::from(frame))], &[&cb], &[&x, &y])?;
+    ///     done.wait(u64::from(frame), Duration::from_secs(5))?;
+    ///     let mut out = [0u8; 8];
+    ///     y.read(0, &mut out)?;
+    ///     assert_eq!(out, [(10 * frame).to_ne_bytes(), (10 * frame + 10).to_ne_bytes()].concat()[..]);
+    /// }
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn execute_with(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        command_buffers: &[&CommandBuffer],
+        table: &[&Buffer],
+    ) -> Result<(), Error> {
+        if table.is_empty() {
+            return self.execute_table(waits, signals, command_buffers, None);
+        }
+        if !matches!(&*self.device, DeviceInner::Cpu { .. }) {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "binding tables are not supported on a CUDA device yet",
+            ));
+        }
+        let recs = command_buffers
+            .iter()
+            .filter_map(|cb| cb.recording_for_submit().ok().map(|r| &**r));
+        let t = table::SlotTable::new(table, recs)?;
+        self.execute_table(waits, signals, command_buffers, Some(t))
+    }
+
+    fn execute_table(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        command_buffers: &[&CommandBuffer],
+        table: Option<table::SlotTable>,
+    ) -> Result<(), Error> {
+        let mut inline: [Option<RecordingRef>; EXECUTE_INLINE_COMMAND_BUFFERS] = Default::default();
+        let mut more = Vec::new();
+        for (i, cb) in command_buffers.iter().enumerate() {
+            let r = cb.recording_for_submit()?;
+            check_recordings(&self.device, &[r])?;
+            if table.is_none() && r.has_slots() {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    "a command buffer binds slots: it needs a binding table with every slot it \
+                     binds (execute_with)",
+                ));
+            }
+            let r = r.clone();
+            if i < EXECUTE_INLINE_COMMAND_BUFFERS {
+                inline[i] = Some(r);
+            } else {
+                more.push(r);
+            }
+        }
+        let payload = if command_buffers.is_empty() {
+            Work::Barrier
+        } else {
+            Work::Execute {
+                inline,
+                more: (!more.is_empty()).then(|| more.into_boxed_slice()),
+                held: false,
+                table,
+            }
+        };
+        self.submit(waits, signals, payload)
+    }
+
+    /// Queue-ordered transient memory: a buffer of `len` zeroed bytes that
+    /// becomes usable once this action runs (after `waits`), and before it
+    /// signals `signals`. Work ordered after those signals may use it;
+    /// anything that uses it before (an action, a host `read` or `write`)
+    /// fails with `FailedPrecondition` instead, never touching its bytes.
+    /// Give it back with [`dealloca`](Self::dealloca).
+    ///
+    /// The memory comes from the device's pool of power-of-two size
+    /// classes (up to 1 GiB; larger ones are allocated on their own): a
+    /// frame loop of alloca, work and dealloca allocates nothing once warm.
+    /// The bytes are zeroed at this call (so any `Pod` view of them is
+    /// defined), which costs a `memset` of `len` bytes.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is submitted when this returns an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument): `len` is 0, or a
+    ///   wait or signal value is `u64::MAX`.
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) on a CUDA
+    ///   device (not supported yet).
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted): the pool
+    ///   cannot grow, or the queue's action pool cannot.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, ErrorKind, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let q = device.queue(0)?;
+    /// let (gate, s) = (Semaphore::new(0), Semaphore::new(0));
+    /// let tmp = q.alloca(&[(&gate, 1)], &[(&s, 1)], 1 << 16)?;
+    /// // Not usable before its alloca ran:
+    /// assert_eq!(tmp.write(0, &[1]).unwrap_err().kind(), ErrorKind::FailedPrecondition);
+    /// gate.signal(1)?;
+    /// s.wait(1, Duration::from_secs(5))?;
+    /// tmp.write(0, &[1, 2, 3])?;
+    /// q.dealloca(&[(&s, 1)], &[(&s, 2)], &tmp)?;
+    /// s.wait(2, Duration::from_secs(5))?;
+    /// // Nor after its dealloca ran:
+    /// let mut out = [0u8; 3];
+    /// assert_eq!(tmp.read(0, &mut out).unwrap_err().kind(), ErrorKind::FailedPrecondition);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn alloca(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        len: usize,
+    ) -> Result<Buffer, Error> {
+        let (transient, id) = match &*self.device {
+            DeviceInner::Cpu { transient, id, .. } => (transient, id),
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(_) => {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    "Queue::alloca is not supported on a CUDA device yet",
+                ))
+            }
+        };
+        if len == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "alloca of 0 bytes: must be at least 1",
+            ));
+        }
+        let buffer = Buffer::transient(host_mem::TransientPool::alloca(transient, len, *id)?);
+        self.submit(waits, signals, Work::Alloca(buffer.clone()))?;
+        Ok(buffer)
+    }
+
+    /// Gives a buffer from [`alloca`](Self::alloca) back to the device's
+    /// pool once `waits` are met: from then on nothing may use it (an
+    /// action or host copy that tries fails with `FailedPrecondition`),
+    /// and its memory is recycled when its last handle is dropped. If an
+    /// action still uses the buffer when this one runs, this one fails
+    /// (its signals fail with `FailedPrecondition`) and the buffer stays
+    /// usable; so does a second dealloca of one buffer.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is submitted when this returns an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument): `buffer` did not
+    ///   come from this device's `alloca`, or a wait or signal value is
+    ///   `u64::MAX`.
+    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) on a CUDA
+    ///   device (not supported yet).
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted): the queue's
+    ///   action pool cannot grow.
+    pub fn dealloca(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        buffer: &Buffer,
+    ) -> Result<(), Error> {
+        let id = match &*self.device {
+            DeviceInner::Cpu { id, .. } => id,
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(_) => {
+                return Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    "Queue::dealloca is not supported on a CUDA device yet",
+                ))
+            }
+        };
+        let ours = buffer
+            .host()
+            .is_some_and(|m| m.is_transient() && m.device() == *id);
+        if !ours {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "dealloca of a buffer that did not come from this device's alloca",
+            ));
+        }
+        self.submit(waits, signals, Work::Dealloca(buffer.clone()))
+    }
+
+    /// `execute` with no command buffers: signals once the waits are reached.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is submitted and no semaphore is touched when this returns
+    /// an error:
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if a wait or signal
+    ///   value is `u64::MAX` (reserved for failure).
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if the queue's
+    ///   action pool cannot grow (out of memory, or at its size limit).
+    ///
+    /// A failed wait is not returned here: it fails the signals.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let (a, b, joined) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+    /// device.queue(0)?.barrier(&[(&a, 1), (&b, 1)], &[(&joined, 1)])?;
+    /// a.signal(1)?;
+    /// b.signal(1)?;
+    /// joined.wait(1, Duration::from_secs(5))?;
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn barrier(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+    ) -> Result<(), Error> {
+        self.submit(waits, signals, Work::Barrier)
+    }
+
+    /// Runs `f` on a worker once every wait is reached (on a CUDA device:
+    /// on the queue's completion thread, once the stream reached it; `f`
+    /// may make CUDA calls); its result (or a panic, as an error) signals
+    /// or fails the signals. A closure capturing
+    /// up to [`HOST_CALL_INLINE_BYTES`] bytes is stored in pool memory; a
+    /// larger one takes one allocation.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is submitted and no semaphore is touched when this returns
+    /// an error (`f` is dropped, not run):
+    ///
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if a wait or signal
+    ///   value is `u64::MAX` (reserved for failure).
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if the queue's
+    ///   action pool cannot grow (out of memory, or at its size limit).
+    ///
+    /// The error `f` returns is not returned here: it fails the signals.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::{Device, Error, ErrorKind, Semaphore};
+    ///
+    /// let device = Device::cpu()?;
+    /// let queue = device.queue(0)?;
+    /// let (ok, failed) = (Semaphore::new(0), Semaphore::new(0));
+    /// queue.host_call(&[], &[(&ok, 1)], || Ok(()))?;
+    /// ok.wait(1, Duration::from_secs(5))?;
+    /// queue.host_call(&[(&ok, 1)], &[(&failed, 1)], || {
+    ///     Err(Error::new(ErrorKind::Aborted, "no input"))
+    /// })?;
+    /// let e = failed.wait(1, Duration::from_secs(5)).unwrap_err();
+    /// assert_eq!(e.kind(), ErrorKind::Aborted);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn host_call<F>(
+        &self,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        f: F,
+    ) -> Result<(), Error>
+    where
+        F: FnOnce() -> Result<(), Error> + Send + 'static,
+    {
+        self.submit(waits, signals, Work::HostCall(host_fn::HostFn::new(f)))
+    }
+}

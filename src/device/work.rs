@@ -1,0 +1,182 @@
+//! What one queue action runs ([`Work`]), and what an execute does with
+//! the buffers it touches around its run: the holds it takes at issue and
+//! gives back, with its command buffers, before it signals; and the
+//! actions of `Queue::alloca` / `dealloca`.
+
+use super::hold;
+use super::recording::RecordingRef;
+use super::{binding, buffer, host_fn, table, Buffer, EXECUTE_INLINE_COMMAND_BUFFERS};
+use crate::error::{Error, ErrorKind};
+
+/// What one queue action runs, on any device.
+pub(crate) enum Work {
+    Barrier,
+    HostCall(host_fn::HostFn),
+    /// Makes a pending buffer from `Queue::alloca` usable.
+    Alloca(Buffer),
+    /// Closes a buffer from `Queue::alloca` for good.
+    Dealloca(Buffer),
+    Execute {
+        inline: [Option<RecordingRef>; EXECUTE_INLINE_COMMAND_BUFFERS],
+        more: Option<Box<[RecordingRef]>>,
+        /// The action holds the buffers its recordings touch (CPU device,
+        /// from its issue: [`take_holds`]).
+        held: bool,
+        /// The binding table of an `execute_with`.
+        table: Option<table::SlotTable>,
+    },
+}
+
+impl Work {
+    /// The resolved binding table of an `execute_with` (null: none).
+    pub(crate) fn slot_views(&self) -> *const binding::SlotViews {
+        match self {
+            Work::Execute { table: Some(t), .. } => t.views(),
+            _ => std::ptr::null(),
+        }
+    }
+
+    /// The recordings of an execute, in order.
+    fn recordings(&self) -> impl Iterator<Item = &RecordingRef> + Clone {
+        let (inline, more) = match self {
+            Work::Execute { inline, more, .. } => (&inline[..], more.as_deref()),
+            _ => (&[][..], None),
+        };
+        inline.iter().flatten().chain(more.into_iter().flatten())
+    }
+}
+
+/// Calls `f` once for each distinct CPU-device buffer the execute's
+/// recordings touch, with the strongest access any of them makes, in a
+/// fixed order, until `f` returns `false`; returns whether it never did.
+fn each_hold(work: &Work, mut f: impl FnMut(&buffer::HostMem, hold::Access) -> bool) -> bool {
+    let recordings = work.recordings();
+    let entries = recordings.clone().flat_map(|r| r.holds());
+    // One recording's entries are distinct already (the usual case: no
+    // quadratic look-around).
+    let single = recordings.clone().nth(1).is_none();
+    for (i, e) in entries.clone().enumerate() {
+        let mut access = e.access;
+        if !single {
+            if entries.clone().take(i).any(|p| p.buffer.same(&e.buffer)) {
+                continue;
+            }
+            if entries
+                .clone()
+                .skip(i + 1)
+                .any(|p| p.buffer.same(&e.buffer) && p.access == hold::Access::Write)
+            {
+                access = hold::Access::Write;
+            }
+        }
+        let Some(mem) = e.buffer.host() else { continue };
+        if !f(mem, access) {
+            return false;
+        }
+    }
+    // The table's buffers (checked at `execute_with` against the direct
+    // ones: a buffer in both is only ever read, and is taken twice).
+    match work {
+        Work::Execute { table: Some(t), .. } => t.each_hold(f),
+        _ => true,
+    }
+}
+
+/// Takes the holds of an issued execute (CPU device): every buffer its
+/// command buffers touch, shared where they only read it. On a conflict
+/// with a running action (or a host copy) nothing stays held and the error
+/// names the buffer: the action then fails instead of running.
+pub(crate) fn take_holds(work: &mut Work) -> Result<(), Error> {
+    let mut failed = None;
+    let mut taken = 0usize;
+    let all = each_hold(work, |mem, access| {
+        if mem.hold().try_take(access) {
+            taken += 1;
+            true
+        } else {
+            failed = Some(buffer::conflict(mem, access, "an action"));
+            false
+        }
+    });
+    if !all {
+        // Give back what was taken before the conflict (same order).
+        let mut left = taken;
+        each_hold(work, |mem, access| {
+            if left == 0 {
+                return false;
+            }
+            mem.hold().give_back(access);
+            left -= 1;
+            true
+        });
+        return Err(failed.unwrap_or_else(|| Error::new(ErrorKind::Internal, "hold conflict")));
+    }
+    if let Work::Execute { held, .. } = work {
+        *held = true;
+    }
+    Ok(())
+}
+
+/// An alloca's action: its buffer is usable from now on (before the
+/// action signals).
+pub(crate) fn alloca_ran(buffer: &Buffer) -> Result<(), Error> {
+    let Some(mem) = buffer.host() else {
+        return Ok(());
+    };
+    if mem.hold().make_live() {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::FailedPrecondition,
+            format!(
+                "alloca of buffer {:p} ({} bytes): its dealloca ran first",
+                buffer.id(),
+                buffer.len()
+            ),
+        ))
+    }
+}
+
+/// A dealloca's action: nothing may use the buffer from now on; its
+/// memory goes back with its last handle.
+pub(crate) fn dealloca_ran(buffer: &Buffer) -> Result<(), Error> {
+    let Some(mem) = buffer.host() else {
+        return Ok(());
+    };
+    mem.hold().close().map_err(|life| {
+        Error::new(
+            ErrorKind::FailedPrecondition,
+            format!(
+                "dealloca of buffer {:p} ({} bytes): {}",
+                buffer.id(),
+                buffer.len(),
+                match life {
+                    hold::Life::Gone => "its dealloca ran already",
+                    _ => "a running action still uses it (the buffer stays usable)",
+                }
+            ),
+        )
+    })
+}
+
+/// Gives back a finished submission's command buffers before it signals,
+/// so that whoever sees the signal finds the recordings released (a frame
+/// loop then needs no more recordings than frames in flight).
+///
+/// If this releases the last reference to a recording, its captures are
+/// dropped here; a capture whose `Drop` panics is caught and the panic
+/// dropped: the submission's outcome was decided by its work, and no
+/// other submission may be failed for it.
+pub(crate) fn release_recordings(work: &mut Work) {
+    if let Work::Execute { held: true, .. } = work {
+        // The holds first: whoever sees the signal finds the buffers free.
+        each_hold(work, |mem, access| {
+            mem.hold().give_back(access);
+            true
+        });
+    }
+    if let Work::Execute { .. } = work {
+        let recordings = std::mem::replace(work, Work::Barrier);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(recordings)));
+    }
+}
