@@ -310,6 +310,31 @@ fn stage_hazards_are_refused_at_record_and_readers_share() {
     assert_eq!(out, [(5u32 * 64 % 256) as u8; 64]);
 }
 
+/// A stop inside a tile: `here` says the tile got there (`entered`) and
+/// blocks until the test sends on `gate` (or drops it).
+struct Stop {
+    entered: Mutex<mpsc::Sender<()>>,
+    gate: Mutex<mpsc::Receiver<()>>,
+}
+
+impl Stop {
+    /// The stop, the receiver of its arrival, and its gate.
+    fn new() -> (Stop, mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (entered_tx, entered) = mpsc::channel();
+        let (gate, gate_rx) = mpsc::channel();
+        let stop = Stop {
+            entered: Mutex::new(entered_tx),
+            gate: Mutex::new(gate_rx),
+        };
+        (stop, entered, gate)
+    }
+
+    fn here(&self) {
+        self.entered.lock().unwrap().send(()).unwrap();
+        let _ = self.gate.lock().unwrap().recv_timeout(T);
+    }
+}
+
 /// A bound dispatch that writes `buf` and blocks in its tile until the
 /// returned sender is used (or dropped): its action holds `buf` then.
 fn a_writer_blocked_in_its_tile(
@@ -318,17 +343,14 @@ fn a_writer_blocked_in_its_tile(
     queue: usize,
     done: &Semaphore,
 ) -> (mpsc::Sender<()>, mpsc::Receiver<()>) {
-    let (entered_tx, entered) = mpsc::channel();
-    let (gate, gate_rx) = mpsc::channel::<()>();
-    let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
+    let (stop, entered, gate) = Stop::new();
     let mut cb = d.command_buffer().unwrap();
     cb.dispatch_with(
         [1, 1, 1],
         &[Binding::write_chunks(buf, buf.len())],
         move |_: &Tile, io: &TileIo<'_>| {
             io.chunk::<u8>(0)?.fill(0xEE);
-            entered_tx.lock().unwrap().send(()).unwrap();
-            let _ = gate_rx.lock().unwrap().recv_timeout(T);
+            stop.here();
             Ok(())
         },
     )
@@ -418,9 +440,7 @@ fn concurrent_readers_never_conflict() {
     let d = device();
     let buf = d.buffer(64).unwrap();
     buf.write(0, &[4; 64]).unwrap();
-    let (entered_tx, entered) = mpsc::channel();
-    let (gate, gate_rx) = mpsc::channel::<()>();
-    let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
+    let (stop, entered, gate) = Stop::new();
     let mut blocked = d.command_buffer().unwrap();
     blocked
         .dispatch_with(
@@ -428,8 +448,7 @@ fn concurrent_readers_never_conflict() {
             &[Binding::read(&buf)],
             move |_: &Tile, io: &TileIo<'_>| {
                 assert_eq!(io.read::<u8>(0)?, [4; 64]);
-                entered_tx.lock().unwrap().send(()).unwrap();
-                let _ = gate_rx.lock().unwrap().recv_timeout(T);
+                stop.here();
                 Ok(())
             },
         )
@@ -564,9 +583,7 @@ fn holds_are_given_back_before_the_signal() {
 fn an_action_holds_the_union_of_its_command_buffers() {
     let d = device();
     let (x, y) = (d.buffer(64).unwrap(), d.buffer(64).unwrap());
-    let (entered_tx, entered) = mpsc::channel();
-    let (gate, gate_rx) = mpsc::channel::<()>();
-    let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
+    let (stop, entered, gate) = Stop::new();
     // First command buffer: reads x, blocks.
     let mut reads = d.command_buffer().unwrap();
     reads
@@ -574,8 +591,7 @@ fn an_action_holds_the_union_of_its_command_buffers() {
             [1, 1, 1],
             &[Binding::read(&x)],
             move |_: &Tile, _: &TileIo<'_>| {
-                entered_tx.lock().unwrap().send(()).unwrap();
-                let _ = gate_rx.lock().unwrap().recv_timeout(T);
+                stop.here();
                 Ok(())
             },
         )
@@ -819,9 +835,7 @@ fn slot_bindings_are_checked_at_record() {
 fn an_action_holds_its_tables_buffers() {
     let d = device();
     let (x, y) = (d.buffer(64).unwrap(), d.buffer(64).unwrap());
-    let (entered_tx, entered) = mpsc::channel();
-    let (gate, gate_rx) = mpsc::channel::<()>();
-    let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
+    let (stop, entered, gate) = Stop::new();
     let mut cb = d.command_buffer().unwrap();
     cb.dispatch_with(
         [1, 1, 1],
@@ -829,8 +843,7 @@ fn an_action_holds_its_tables_buffers() {
         move |_: &Tile, io: &TileIo<'_>| {
             let x: &[u8] = io.read(0)?;
             io.chunk::<u8>(1)?.copy_from_slice(x);
-            entered_tx.lock().unwrap().send(()).unwrap();
-            let _ = gate_rx.lock().unwrap().recv_timeout(T);
+            stop.here();
             Ok(())
         },
     )

@@ -213,6 +213,20 @@ fn reset_and_rerecord_every_frame_allocates_nothing() {
     assert_eq!(n, 0, "10k reset frames allocated {n} times");
 }
 
+/// Runs frames 1..=1000 to warm up, then counts the allocations of the
+/// next 10k, which must be none.
+fn warm_then_count(frame: impl Fn(u64), what: &str) {
+    for k in 1..=1000 {
+        frame(k);
+    }
+    let before = common::allocations();
+    for k in 1001..=11_000 {
+        frame(k);
+    }
+    let n = common::allocations() - before;
+    assert_eq!(n, 0, "10k {what} frames allocated {n} times");
+}
+
 /// Bound-dispatch frames: a host write of `x`, a dispatch recorded fresh
 /// every frame that reads `x` and writes `y` in chunks (its action takes
 /// and gives back both buffers' holds), a host read of `y`. Once warm, 10k
@@ -257,15 +271,7 @@ fn bound_frames_allocate_nothing() {
         let want = (k as u32 + 1).to_ne_bytes();
         assert!(out.chunks_exact(4).all(|c| c == want), "frame {k}");
     };
-    for k in 1..=1000 {
-        frame(k);
-    }
-    let before = common::allocations();
-    for k in 1001..=11_000 {
-        frame(k);
-    }
-    let n = common::allocations() - before;
-    assert_eq!(n, 0, "10k bound-dispatch frames allocated {n} times");
+    warm_then_count(frame, "bound-dispatch");
 }
 
 /// Frames through a binding table: one recording of two bound dispatches
@@ -327,15 +333,7 @@ fn table_frames_allocate_nothing() {
         let want = (k as u32 + 2).to_ne_bytes();
         assert!(out.chunks_exact(4).all(|c| c == want), "frame {k}");
     };
-    for k in 1..=1000 {
-        frame(k);
-    }
-    let before = common::allocations();
-    for k in 1001..=11_000 {
-        frame(k);
-    }
-    let n = common::allocations() - before;
-    assert_eq!(n, 0, "10k binding-table frames allocated {n} times");
+    warm_then_count(frame, "binding-table");
 }
 
 /// The data plane's frame loop: a host write of `x`, an `alloca` of the
@@ -396,15 +394,7 @@ fn alloca_frames_allocate_nothing() {
         let want = (k as u32 + 2).to_ne_bytes();
         assert!(out.chunks_exact(4).all(|c| c == want), "frame {k}");
     };
-    for k in 1..=1000 {
-        frame(k);
-    }
-    let before = common::allocations();
-    for k in 1001..=11_000 {
-        frame(k);
-    }
-    let n = common::allocations() - before;
-    assert_eq!(n, 0, "10k alloca frames allocated {n} times");
+    warm_then_count(frame, "alloca");
 }
 
 /// The checks above, one after another in this binary's only test: the
