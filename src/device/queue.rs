@@ -113,8 +113,8 @@ impl Queue {
 
     /// As [`execute`](Self::execute), with a binding table: slot `i` of
     /// the command buffers' slot bindings
-    /// ([`Binding::slot_read`](Binding::slot_read),
-    /// [`Binding::slot_write_chunks`](Binding::slot_write_chunks)) is
+    /// ([`Binding::slot_read`](super::Binding::slot_read),
+    /// [`Binding::slot_write_chunks`](super::Binding::slot_write_chunks)) is
     /// `table[i]`, for this submission only. One recording runs on new
     /// buffers every submission, and the table costs no allocation once
     /// warm. The action holds the table's buffers as it holds the ones its
@@ -126,7 +126,7 @@ impl Queue {
     /// an error:
     ///
     /// - [`InvalidArgument`](ErrorKind::InvalidArgument): as for `execute`;
-    ///   a table of more than [`MAX_SLOTS`] buffers, or shorter than a slot
+    ///   a table of more than [`MAX_SLOTS`](super::MAX_SLOTS) buffers, or shorter than a slot
     ///   a command buffer binds; a buffer shorter than its slot's chunks,
     ///   or of another device; one buffer in two slots where either is
     ///   written, or in a slot and bound directly by a command buffer of the
@@ -389,7 +389,7 @@ impl Queue {
     /// on the queue's completion thread, once the stream reached it; `f`
     /// may make CUDA calls); its result (or a panic, as an error) signals
     /// or fails the signals. A closure capturing
-    /// up to [`HOST_CALL_INLINE_BYTES`] bytes is stored in pool memory; a
+    /// up to [`HOST_CALL_INLINE_BYTES`](super::HOST_CALL_INLINE_BYTES) bytes is stored in pool memory; a
     /// larger one takes one allocation.
     ///
     /// # Errors
