@@ -26,8 +26,9 @@
 //!   `dispatch` with the same data reached through captured `Arc`s (the
 //!   per-tile overhead target: within 5%).
 //!
-//! The pipeline's frame time against rayon + std channels is in
-//! `benches/pipeline.rs` (and `cargo run --release --example pipeline`).
+//! Frame pipelines against rayon + std channels are in `benches/pipeline.rs`
+//! (synthetic stages), `benches/blur.rs` (the demo's blur) and `cargo run
+//! --release --example pipeline` (the demo).
 //! Run with `cargo bench --bench device`.
 
 use std::sync::atomic::{AtomicU64, Ordering};

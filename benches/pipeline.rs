@@ -1,7 +1,10 @@
-//! The frame pipeline of `examples/pipeline.rs` as a criterion group: 100
-//! frames (3 stages of 64-tile dispatches, 3 frames in flight) through
-//! fenceline's CPU device over two queues, vs the same built from a rayon
-//! pool and std channels between persistent stage threads.
+//! A frame pipeline of synthetic stages as a criterion group: 100 frames
+//! (3 stages of 64-tile dispatches of a little arithmetic, 3 frames in
+//! flight) through fenceline's CPU device over two queues, vs the same
+//! built from a rayon pool and std channels between persistent stage
+//! threads. Scheduling-bound: the tiles are tiny. (The demo,
+//! `examples/pipeline.rs`, computes on device memory; its blur alone is
+//! `benches/blur.rs`.)
 //!
 //! Run with `cargo bench --bench pipeline`; `cargo bench --features trace
 //! --bench pipeline` adds `fenceline_tracing`, the same frames while a

@@ -1,4 +1,4 @@
-//! Awaiting fenceline from async code: the demo's three-stage pipeline
+//! Awaiting fenceline from async code: a three-stage pipeline
 //! (decode, process, encode: a 64-tile dispatch each, over two queues of
 //! the CPU device, chained by timeline semaphores, 3 frames in flight) is
 //! fed from a tokio task, and every frame's end is awaited with

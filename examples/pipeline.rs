@@ -1,10 +1,20 @@
-//! The main job: a three-stage frame pipeline on fenceline's CPU device,
-//! over two queues, stages chained by timeline semaphores, each stage a
-//! dispatch of 64 tiles. It runs for a few seconds, then prints frames/s,
-//! per-frame latency (p50 / p99 / max) and heap allocations per frame
-//! (counted by this binary's allocator; 0 in steady state), and the same
-//! figures for an equivalent built from rayon and std channels, run in the
-//! same process for comparison.
+//! The main job: a frame pipeline that computes on the device's memory.
+//! Each frame, the host writes a 512x256 grey image into a device buffer
+//! (`Buffer::write`); a 3x3 box blur runs as a bound dispatch of 64 tiles
+//! (one per 4 rows) into a buffer taken with `Queue::alloca`; a second
+//! bound dispatch computes each tile's 16-bin histogram and a hash of its
+//! blurred rows; `Queue::dealloca` gives the blurred buffer back; the host
+//! reads the statistics (`Buffer::read`). Both dispatches are recorded
+//! once and run on new buffers every frame through binding tables
+//! (`Queue::execute_with`). Stages run on two queues of the CPU device,
+//! chained by timeline semaphores, 3 frames in flight.
+//!
+//! The same frames are then computed by a peer built from rayon and std
+//! channels (a thread per stage, `par_chunks_mut` over the same kernels,
+//! `Vec`s recycled through the channels). The demo checks that both
+//! produced identical statistics for every frame both ran, and prints
+//! frames/s, per-frame latency (p50 / p99 / max) and heap allocations
+//! per frame (every thread counted; 0 in steady state) for each.
 //!
 //! Run: `cargo run --release --example pipeline` (`-- <seconds>` to change
 //! the run time, default 3). With the `trace` feature, `-- --trace
@@ -12,29 +22,43 @@
 //! warm-up) and writes it in the Chrome trace format: open it in
 //! <https://ui.perfetto.dev> or chrome://tracing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::sync_channel;
-use std::sync::Arc;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
-use fenceline::{CpuConfig, Device, Error, Semaphore};
+use fenceline::{bytemuck, Binding, CpuConfig, Device, Error, Semaphore, Tile, TileIo, Timeout};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-#[path = "common/pipeline_stages.rs"]
-mod stages;
-use stages::{stage_cb, tile_work, IN_FLIGHT, TILES};
+#[path = "common/image.rs"]
+mod image;
+use image::{
+    blur_rows, fold_digest, source_image, tile_stats, IMAGE_BYTES, ROWS_PER_TILE, STATS_BYTES,
+    STATS_PER_TILE, TILES, TILE_BYTES,
+};
 
 #[global_allocator]
 static GLOBAL: common::Counting = common::Counting;
 
 const WARMUP_FRAMES: u64 = 200;
+/// Frames in flight.
+const IN_FLIGHT: u64 = 3;
+/// Buffers per ring (sources, statistics): one more than frames in flight.
+const RING: usize = IN_FLIGHT as usize + 1;
+/// Distinct source images (frame `f` gets image `f % IMAGES`).
+const IMAGES: u64 = 8;
+
+/// Allocations so far on every thread, the main one included.
+fn allocations() -> usize {
+    common::allocations() + common::thread_allocations()
+}
 
 struct Figures {
     frames: u64,
     elapsed: Duration,
     latencies: Vec<Duration>,
     allocations: usize,
+    /// Frame `f`'s statistics digest at `f - 1`, every frame from the first.
+    digests: Vec<u64>,
 }
 
 impl Figures {
@@ -51,6 +75,48 @@ impl Figures {
             self.latencies[n - 1].as_secs_f64() * 1e6,
             self.allocations as f64 / self.frames as f64,
         );
+    }
+}
+
+/// Counts the measured frames: warm-up first, then from frame
+/// `WARMUP_FRAMES` on.
+struct Measure {
+    latencies: Vec<Duration>,
+    from: Option<(Instant, usize, u64)>,
+}
+
+impl Measure {
+    fn new() -> Measure {
+        Measure {
+            latencies: Vec::with_capacity(1 << 20),
+            from: None,
+        }
+    }
+
+    /// Frame `done` finished `latency` after it started.
+    fn finished(&mut self, done: u64, latency: Duration) {
+        if done == WARMUP_FRAMES {
+            self.from = Some((Instant::now(), allocations(), done));
+        } else if done > WARMUP_FRAMES {
+            self.latencies.push(latency);
+        }
+    }
+
+    fn figures(
+        self,
+        last: u64,
+        end: Instant,
+        allocations_at_end: usize,
+        digests: Vec<u64>,
+    ) -> Figures {
+        let (start, allocs, first) = self.from.unwrap_or((end, allocations_at_end, last));
+        Figures {
+            frames: last - first,
+            elapsed: end.duration_since(start),
+            latencies: self.latencies,
+            allocations: allocations_at_end - allocs,
+            digests,
+        }
     }
 }
 
@@ -90,135 +156,197 @@ fn finish_trace(device: &Device, path: Option<&str>) -> Result<(), Error> {
     Ok(())
 }
 
-fn run_fenceline(
-    seconds: f64,
-    sink: &Arc<AtomicU64>,
-    trace: Option<&str>,
-) -> Result<Figures, Error> {
+fn run_fenceline(seconds: f64, images: &[Vec<u8>], trace: Option<&str>) -> Result<Figures, Error> {
     let device = Device::cpu_with(CpuConfig {
         workers: 0,
         queues: 2,
         spin: true,
     })?;
     let (q0, q1) = (device.queue(0)?, device.queue(1)?);
-    let cbs = [
-        stage_cb(&device, 1, sink)?,
-        stage_cb(&device, 2, sink)?,
-        stage_cb(&device, 3, sink)?,
-    ];
-    let (a, b, c) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
-    let mut submitted = [Instant::now(); IN_FLIGHT as usize + 1];
-    let mut latencies = Vec::with_capacity(1 << 20);
+    // Frame `f` uses ring entry `f % RING`: its previous user, frame
+    // `f - RING`, has finished when frame `f` starts (the loop waits for
+    // frame `f - IN_FLIGHT` before it starts frame `f`).
+    let sources = (0..RING)
+        .map(|_| device.buffer(IMAGE_BYTES))
+        .collect::<Result<Vec<_>, _>>()?;
+    let stats = (0..RING)
+        .map(|_| device.buffer(STATS_BYTES))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Each dispatch recorded once: slots 0 and 1 are the frame's buffers.
+    let mut blur = device.command_buffer()?;
+    blur.dispatch_with(
+        [TILES, 1, 1],
+        &[
+            Binding::slot_read(0),
+            Binding::slot_write_chunks(1, TILE_BYTES),
+        ],
+        |t: &Tile, io: &TileIo<'_>| {
+            let src: &[u8] = io.read(0)?;
+            blur_rows(src, t.linear_id() as usize * ROWS_PER_TILE, io.chunk(1)?);
+            Ok(())
+        },
+    )?;
+    blur.end()?;
+    let mut statistics = device.command_buffer()?;
+    statistics.dispatch_with(
+        [TILES, 1, 1],
+        &[
+            Binding::slot_read(0),
+            Binding::slot_write_chunks(1, STATS_PER_TILE * 4),
+        ],
+        |t: &Tile, io: &TileIo<'_>| {
+            let blurred: &[u8] = io.read(0)?;
+            let rows = &blurred[t.linear_id() as usize * TILE_BYTES..][..TILE_BYTES];
+            tile_stats(rows, io.chunk(1)?);
+            Ok(())
+        },
+    )?;
+    statistics.end()?;
+    // `alloc` orders the allocas, `blurred` and `counted` the dispatches,
+    // `freed` the deallocas: a frame is done when its dealloca ran.
+    let [alloc, blurred, counted, freed] = [0; 4].map(Semaphore::new);
+    let mut host_stats = vec![0u32; STATS_BYTES / 4];
+    let mut digests = Vec::with_capacity(1 << 20);
+    let mut started = [Instant::now(); RING];
+    let mut measure = Measure::new();
     let mut frame = 0u64;
-    let mut measured_from = None;
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut collect = |done: u64, started: &[Instant; RING], measure: &mut Measure| {
+        freed.wait(done, Timeout::Never)?;
+        let latency = started[done as usize % RING].elapsed();
+        stats[done as usize % RING].read(0, bytemuck::cast_slice_mut(&mut host_stats))?;
+        digests.push(fold_digest(0, &host_stats));
+        if done == WARMUP_FRAMES {
+            // Before the measured window: the trace's rings are allocated here.
+            start_trace(&device, trace)?;
+        }
+        measure.finished(done, latency);
+        Ok::<(), Error>(())
+    };
     while Instant::now() < deadline || frame < WARMUP_FRAMES * 2 {
         frame += 1;
-        // Frame `frame`: decode (q0) -> process (q1) -> encode (q0). At most
-        // IN_FLIGHT frames in flight: decode waits for encode of frame - 3.
-        submitted[(frame % (IN_FLIGHT + 1)) as usize] = Instant::now();
-        let older = frame.saturating_sub(IN_FLIGHT);
-        // Each stage also waits for its own previous frame: a timeline
-        // value is signalled once, in order.
-        q0.execute(&[(&c, older), (&a, frame - 1)], &[(&a, frame)], &[&cbs[0]])?;
-        q1.execute(&[(&a, frame), (&b, frame - 1)], &[(&b, frame)], &[&cbs[1]])?;
-        q0.execute(&[(&b, frame), (&c, frame - 1)], &[(&c, frame)], &[&cbs[2]])?;
-        if frame > IN_FLIGHT - 1 {
-            let done = frame + 1 - IN_FLIGHT;
-            c.wait(done, Duration::from_secs(10))?;
-            let latency = submitted[(done % (IN_FLIGHT + 1)) as usize].elapsed();
-            if done == WARMUP_FRAMES {
-                start_trace(&device, trace)?;
-                measured_from = Some((Instant::now(), common::allocations(), done));
-            } else if done > WARMUP_FRAMES {
-                latencies.push(latency);
-            }
+        let f = frame;
+        let at = f as usize % RING;
+        started[at] = Instant::now();
+        let source = &sources[at];
+        source.write(0, &images[(f % IMAGES) as usize])?;
+        let tmp = q0.alloca(&[(&alloc, f - 1)], &[(&alloc, f)], IMAGE_BYTES)?;
+        q1.execute_with(
+            &[(&alloc, f), (&blurred, f - 1)],
+            &[(&blurred, f)],
+            &[&blur],
+            &[source, &tmp],
+        )?;
+        q0.execute_with(
+            &[(&blurred, f), (&counted, f - 1)],
+            &[(&counted, f)],
+            &[&statistics],
+            &[&tmp, &stats[at]],
+        )?;
+        q0.dealloca(&[(&counted, f), (&freed, f - 1)], &[(&freed, f)], &tmp)?;
+        if f >= IN_FLIGHT {
+            collect(f + 1 - IN_FLIGHT, &started, &mut measure)?;
         }
     }
-    c.wait(frame, Duration::from_secs(10))?;
-    let elapsed_at_end = Instant::now();
-    let allocations_at_end = common::allocations();
+    for done in frame + 2 - IN_FLIGHT..=frame {
+        collect(done, &started, &mut measure)?;
+    }
+    let (end, allocations_at_end) = (Instant::now(), allocations());
     finish_trace(&device, trace)?;
-    let (start, allocs, first) = measured_from.unwrap_or((Instant::now(), 0, frame));
-    let frames = frame - first;
-    let allocations = allocations_at_end - allocs;
-    Ok(Figures {
-        frames,
-        elapsed: elapsed_at_end.duration_since(start),
-        latencies,
-        allocations,
-    })
+    Ok(measure.figures(frame, end, allocations_at_end, digests))
 }
 
-/// The same pipeline with std threads per stage, std channels between them,
-/// and each stage's 64 tiles run by a rayon pool.
-fn run_rayon(seconds: f64, sink: &Arc<AtomicU64>) -> Figures {
+/// One frame's memory in the rayon peer, recycled through the channels.
+struct Frame {
+    number: u64,
+    started: Instant,
+    source: Vec<u8>,
+    blurred: Vec<u8>,
+    stats: Vec<u32>,
+}
+
+/// The same frames with std threads per stage, std channels between them,
+/// and each stage's tiles run by a rayon pool over the same kernels.
+fn run_rayon(seconds: f64, images: &[Vec<u8>]) -> Figures {
     use rayon::prelude::*;
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let pool = Arc::new(
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(workers)
-            .build()
-            .expect("rayon pool"),
-    );
-    let (to_a, a_rx) = sync_channel::<(u64, Instant)>(IN_FLIGHT as usize);
-    let (to_b, b_rx) = sync_channel::<(u64, Instant)>(IN_FLIGHT as usize);
-    let (to_c, c_rx) = sync_channel::<(u64, Instant)>(IN_FLIGHT as usize);
-    let (done_tx, done_rx) = sync_channel::<(u64, Instant)>(IN_FLIGHT as usize);
-    let stage = |stage: u64,
-                 rx: std::sync::mpsc::Receiver<(u64, Instant)>,
-                 tx: std::sync::mpsc::SyncSender<(u64, Instant)>| {
-        let (pool, sink) = (pool.clone(), sink.clone());
-        std::thread::spawn(move || {
-            while let Ok(msg) = rx.recv() {
-                pool.install(|| {
-                    (0..u64::from(TILES))
-                        .into_par_iter()
-                        .for_each(|t| tile_work(stage, t, &sink));
-                });
-                if tx.send(msg).is_err() {
-                    break;
-                }
-            }
-        })
-    };
-    let threads = [
-        stage(1, a_rx, to_b),
-        stage(2, b_rx, to_c),
-        stage(3, c_rx, done_tx),
-    ];
-    let mut latencies = Vec::with_capacity(1 << 20);
-    let mut frame = 0u64;
-    let mut measured_from = None;
-    let mut finished = 0u64;
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    while Instant::now() < deadline || frame < WARMUP_FRAMES * 2 {
-        frame += 1;
-        to_a.send((frame, Instant::now())).expect("stage alive");
-        if frame > IN_FLIGHT - 1 {
-            let (done, t) = done_rx.recv().expect("stage alive");
-            finished = done;
-            if done == WARMUP_FRAMES {
-                measured_from = Some((Instant::now(), common::allocations(), done));
-            } else if done > WARMUP_FRAMES {
-                latencies.push(t.elapsed());
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .expect("rayon pool");
+    let (to_blur, blur_rx) = sync_channel::<Frame>(RING);
+    let (to_stats, stats_rx) = sync_channel::<Frame>(RING);
+    let (done_tx, done_rx) = sync_channel::<Frame>(RING);
+    let blur = |rx: Receiver<Frame>, tx: SyncSender<Frame>| {
+        while let Ok(mut f) = rx.recv() {
+            let src = &f.source;
+            pool.install(|| {
+                f.blurred
+                    .par_chunks_mut(TILE_BYTES)
+                    .enumerate()
+                    .for_each(|(i, rows)| blur_rows(src, i * ROWS_PER_TILE, rows));
+            });
+            if tx.send(f).is_err() {
+                break;
             }
         }
-    }
-    drop(to_a);
-    while finished < frame {
-        finished = done_rx.recv().expect("stage alive").0;
-    }
-    for t in threads {
-        t.join().expect("stage thread");
-    }
-    let (start, allocs, first) = measured_from.unwrap_or((Instant::now(), 0, frame));
-    Figures {
-        frames: frame - first,
-        elapsed: start.elapsed(),
-        latencies,
-        allocations: common::allocations() - allocs,
-    }
+    };
+    let count = |rx: Receiver<Frame>, tx: SyncSender<Frame>| {
+        while let Ok(mut f) = rx.recv() {
+            let blurred = &f.blurred;
+            pool.install(|| {
+                f.stats
+                    .par_chunks_mut(STATS_PER_TILE)
+                    .zip(blurred.par_chunks(TILE_BYTES))
+                    .for_each(|(out, rows)| tile_stats(rows, out));
+            });
+            if tx.send(f).is_err() {
+                break;
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        scope.spawn(|| blur(blur_rx, to_stats));
+        scope.spawn(|| count(stats_rx, done_tx));
+        let mut free: Vec<Frame> = (0..RING)
+            .map(|_| Frame {
+                number: 0,
+                started: Instant::now(),
+                source: vec![0; IMAGE_BYTES],
+                blurred: vec![0; IMAGE_BYTES],
+                stats: vec![0; STATS_BYTES / 4],
+            })
+            .collect();
+        let mut digests = Vec::with_capacity(1 << 20);
+        let mut measure = Measure::new();
+        let mut collect = |free: &mut Vec<Frame>, measure: &mut Measure| {
+            let f = done_rx.recv().expect("stage alive");
+            digests.push(fold_digest(0, &f.stats));
+            measure.finished(f.number, f.started.elapsed());
+            free.push(f);
+        };
+        let mut frame = 0u64;
+        let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+        while Instant::now() < deadline || frame < WARMUP_FRAMES * 2 {
+            frame += 1;
+            let mut f = free
+                .pop()
+                .expect("a free frame: at most IN_FLIGHT in flight");
+            f.number = frame;
+            f.started = Instant::now();
+            f.source.copy_from_slice(&images[(frame % IMAGES) as usize]);
+            to_blur.send(f).expect("stage alive");
+            if frame >= IN_FLIGHT {
+                collect(&mut free, &mut measure);
+            }
+        }
+        for _ in frame + 2 - IN_FLIGHT..=frame {
+            collect(&mut free, &mut measure);
+        }
+        let (end, allocations_at_end) = (Instant::now(), allocations());
+        drop(to_blur);
+        measure.figures(frame, end, allocations_at_end, digests)
+    })
 }
 
 fn main() -> Result<(), Error> {
@@ -228,20 +356,32 @@ fn main() -> Result<(), Error> {
         .position(|a| a == "--trace")
         .map(|i| args.get(i + 1).map_or("pipeline.json", String::as_str));
     let seconds: f64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(3.0);
-    let sink = Arc::new(AtomicU64::new(0));
+    let images: Vec<Vec<u8>> = (0..IMAGES).map(source_image).collect();
     println!(
-        "3-stage pipeline, {TILES} tiles a stage, {IN_FLIGHT} frames in flight, {seconds} s each, {} cores",
+        "frames of a {}x{} image: write, 3x3 blur into an alloca'd buffer, per-tile histograms, \
+         dealloca, read back; {TILES} tiles a dispatch, {IN_FLIGHT} frames in flight, {seconds} s \
+         each, {} cores",
+        image::WIDTH,
+        image::HEIGHT,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    let mut ours = run_fenceline(seconds, &sink, trace)?;
+    let mut ours = run_fenceline(seconds, &images, trace)?;
     ours.print("fenceline");
-    let mut theirs = run_rayon(seconds, &sink);
+    let mut theirs = run_rayon(seconds, &images);
     theirs.print("rayon+channels");
+    let common = ours.digests.len().min(theirs.digests.len());
+    let same = ours.digests[..common] == theirs.digests[..common];
     let ratio = (ours.elapsed.as_secs_f64() / ours.frames as f64)
         / (theirs.elapsed.as_secs_f64() / theirs.frames as f64);
     println!(
-        "frame time fenceline / rayon+channels: {ratio:.2} (checksum {})",
-        sink.load(Ordering::Relaxed)
+        "frame time fenceline / rayon+channels: {ratio:.2}; statistics of the {common} frames both ran: {}",
+        if same { "identical" } else { "DIFFERENT" }
     );
+    if !same {
+        return Err(Error::new(
+            fenceline::ErrorKind::Internal,
+            "fenceline's and rayon's frames differ",
+        ));
+    }
     Ok(())
 }

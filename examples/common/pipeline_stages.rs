@@ -1,5 +1,7 @@
-//! The pipeline's stages, shared by `examples/pipeline.rs` and
-//! `benches/pipeline.rs` so both measure the same work.
+//! Three synthetic pipeline stages (64 tiles of a little arithmetic each):
+//! scheduling-bound work, shared by `benches/pipeline.rs` and
+//! `examples/async_await.rs`. (The demo, `examples/pipeline.rs`, computes
+//! on device memory instead: `image.rs`.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
