@@ -8,7 +8,12 @@
 //! dispatch, with barriers; a stage of dispatches only reads the action's
 //! buffers through bindings) and of one command buffer shared by every
 //! thread (a bound dispatch reading one buffer from every thread at once),
-//! `barrier`, and `host_call`. Every action signals semaphores of
+//! `barrier`, and `host_call`. Beside those, submitters run transient
+//! frames: `alloca`, a dispatch writing the memory and one reading it into
+//! another buffer (one recording of each, shared by every thread, bound per
+//! submission through binding tables), `dealloca`, then an action that
+//! uses the memory after its dealloca (it must fail with
+//! `FailedPrecondition`, never touch the memory). Every action signals semaphores of
 //! its own (1 or 2, at one value of 1 to 3) and waits on gates and on
 //! earlier actions' semaphores, so the graph is a DAG and no value is ever
 //! signalled twice. Injected into it: tile and host-call errors
@@ -1307,6 +1312,177 @@ fn resolve_gate(world: &World, g: usize) {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Transient frames: alloca, write, read, dealloca, a use after the dealloca
+// ---------------------------------------------------------------------------
+
+/// Bytes each tile of a frame writes to its transient memory.
+const FRAME_CHUNK: usize = 16;
+
+/// Word `k` of tile `i`'s chunk of a frame's transient memory.
+fn frame_word(i: usize, k: usize) -> u32 {
+    (i as u32).wrapping_mul(0x9E37_79B9) ^ (k as u32 + 1)
+}
+
+/// What the reading dispatch writes for tile `i`.
+fn frame_out(i: usize) -> u32 {
+    (0..FRAME_CHUNK / 4).fold(0u32, |a, k| a.wrapping_add(frame_word(i, k))) ^ 0x5A5A_5A5A
+}
+
+/// The two recordings every frame of a round runs, on its own buffers.
+struct FrameCbs {
+    tiles: u32,
+    /// Slot 0: the transient memory, written in chunks.
+    write: CommandBuffer,
+    /// Slot 0: the transient memory, read; slot 1: `out`, one `u32` a tile.
+    read: CommandBuffer,
+}
+
+fn frame_cbs(device: &Device, tiles: u32) -> FrameCbs {
+    let mut write = device.command_buffer().expect("a command buffer");
+    write
+        .dispatch_with(
+            [tiles, 1, 1],
+            &[Binding::slot_write_chunks(0, FRAME_CHUNK)],
+            |t: &Tile, io: &TileIo<'_>| {
+                let i = t.linear_id() as usize;
+                for (k, w) in io.chunk::<u32>(0)?.iter_mut().enumerate() {
+                    *w = frame_word(i, k);
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    write.end().unwrap();
+    let mut read = device.command_buffer().expect("a command buffer");
+    read.dispatch_with(
+        [tiles, 1, 1],
+        &[Binding::slot_read(0), Binding::slot_write_chunks(1, 4)],
+        |t: &Tile, io: &TileIo<'_>| {
+            let i = t.linear_id() as usize;
+            let words = &io.read::<u32>(0)?[i * FRAME_CHUNK / 4..][..FRAME_CHUNK / 4];
+            io.chunk::<u32>(1)?[0] =
+                words.iter().fold(0u32, |a, w| a.wrapping_add(*w)) ^ 0x5A5A_5A5A;
+            Ok(())
+        },
+    )
+    .unwrap();
+    read.end().unwrap();
+    FrameCbs { tiles, write, read }
+}
+
+/// A transient frame a submitter ran: `sem` reaches 1 when the alloca ran,
+/// 2 and 3 after the writing and reading dispatches, 4 after the
+/// dealloca; `late` is the use after the dealloca's signal (it never
+/// signals).
+struct Frame {
+    /// The gate the alloca waited on, if any.
+    gate: Option<usize>,
+    sem: Semaphore,
+    late: Semaphore,
+    tmp: Buffer,
+    out: Buffer,
+}
+
+fn run_frame(
+    world: &World,
+    device: &Device,
+    queues: &[Queue],
+    cbs: &FrameCbs,
+    rng: &mut Rng,
+) -> Frame {
+    let gate = rng.percent(50).then(|| rng.below(world.gates.len()));
+    let (sem, late) = (Semaphore::new(0), Semaphore::new(0));
+    let tiles = cbs.tiles as usize;
+    let out = device.buffer(tiles * 4).expect("a buffer");
+    let mut q = || &queues[rng.below(queues.len())];
+    let waits: Vec<(&Semaphore, u64)> = gate.iter().map(|&g| (&world.gates[g], 1)).collect();
+    let tmp = q()
+        .alloca(&waits, &[(&sem, 1)], tiles * FRAME_CHUNK)
+        .expect("an alloca");
+    q().execute_with(&[(&sem, 1)], &[(&sem, 2)], &[&cbs.write], &[&tmp])
+        .expect("a frame's write");
+    q().execute_with(&[(&sem, 2)], &[(&sem, 3)], &[&cbs.read], &[&tmp, &out])
+        .expect("a frame's read");
+    q().dealloca(&[(&sem, 3)], &[(&sem, 4)], &tmp)
+        .expect("a dealloca");
+    q().execute_with(&[(&sem, 4)], &[(&late, 1)], &[&cbs.write], &[&tmp])
+        .expect("a use after the dealloca is refused when it runs, not when submitted");
+    Frame {
+        gate,
+        sem,
+        late,
+        tmp,
+        out,
+    }
+}
+
+/// Checks a settled frame: either it ran to its dealloca (then `out`
+/// holds what the reading dispatch computed from what the writing one
+/// wrote, and the memory is refused to the host and to the late use), or
+/// it failed with its gate's kind (or `Cancelled` in a round that dropped
+/// the device) and the late use failed with it.
+///
+/// Checked against a mutation: with the dealloca not closing the buffer's
+/// hold word (`work::dealloca_ran` returning `Ok` without `close`), the
+/// first round fails ("the use after the dealloca was not refused").
+fn check_frame(ctx: &str, world: &World, f: &Frame, stats: &mut Stats) {
+    let cancel_ok = world.plan.kind != RoundKind::Normal;
+    let gate_kind = f.gate.and_then(|g| world.plan.gates[g].fail);
+    let allowed = |k: ErrorKind| Some(k) == gate_kind || (cancel_ok && k == ErrorKind::Cancelled);
+    let (seen, late) = (state(&f.sem), state(&f.late));
+    let here = format!(
+        "{ctx}: frame (gate {:?} failing with {gate_kind:?}, {:?} round): {seen:?}, \
+         late use {late:?}",
+        f.gate, world.plan.kind
+    );
+    stats.frames += 1;
+    match seen {
+        Ok(4) => {
+            stats.frames_done += 1;
+            // The use after the dealloca: refused (a dropped device may
+            // have cancelled it first).
+            assert!(
+                late == Err(ErrorKind::FailedPrecondition)
+                    || (cancel_ok && late == Err(ErrorKind::Cancelled)),
+                "{here}: the use after the dealloca was not refused"
+            );
+            let mut out = vec![0u8; f.out.len()];
+            f.out.read(0, &mut out).expect("the frame's output");
+            for (i, w) in out.chunks_exact(4).enumerate() {
+                let w = u32::from_ne_bytes(w.try_into().unwrap());
+                assert_eq!(w, frame_out(i), "{here}: tile {i}'s output");
+            }
+            let mut one = [0u8; 1];
+            assert_eq!(
+                f.tmp.read(0, &mut one).map_err(|e| e.kind()),
+                Err(ErrorKind::FailedPrecondition),
+                "{here}: a host read of the memory after its dealloca"
+            );
+        }
+        Ok(v) => panic!("{here}: stopped at {v} without failing"),
+        Err(k) => {
+            assert!(allowed(k), "{here}: failed with a kind it may not carry");
+            assert!(late.is_err(), "{here}: the late use signalled");
+        }
+    }
+}
+
+/// Waits until every frame finished or failed (a hang fails the test).
+fn settle_frames(ctx: &str, frames: &[Frame]) {
+    for f in frames {
+        for (s, v) in [(&f.sem, 4), (&f.late, 1)] {
+            if let Err(e) = s.wait(v, WAIT_LIMIT) {
+                assert_ne!(
+                    e.kind(),
+                    ErrorKind::DeadlineExceeded,
+                    "{ctx}: a frame neither finished nor failed after {WAIT_LIMIT:?} (hang)"
+                );
+            }
+        }
+    }
+}
+
 fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
     let mut rng = Rng::new(seed);
     let plan = Plan::new(&mut rng, size, round_no);
@@ -1389,11 +1565,14 @@ fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
         shared.end().unwrap();
     }
 
+    let frame_cbs = frame_cbs(&device, 1 + rng.below(2 * size.max_grid as usize) as u32);
+
     *PLAN.lock().unwrap_or_else(|p| p.into_inner()) = format!("{:?}", world.plan);
     phase("submitting");
     // Submitting threads and the early gates, all at once.
     let max_sleep = size.max_sleep_us;
     let mut probes: Vec<Probe> = Vec::new();
+    let mut frames: Vec<Frame> = Vec::new();
     std::thread::scope(|s| {
         let mut early: Vec<usize> = (0..world.plan.gates.len())
             .filter(|&g| !world.plan.gates[g].late)
@@ -1413,23 +1592,29 @@ fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
             .iter()
             .map(|ids| {
                 let mut trng = rng.fork();
-                let (device, queues, shared) = (&device, &queues, &shared);
+                let (device, queues, shared, frame_cbs) = (&device, &queues, &shared, &frame_cbs);
                 s.spawn(move || {
-                    let mut probes = Vec::new();
+                    let (mut probes, mut frames) = (Vec::new(), Vec::new());
                     for &id in ids {
                         pause(&mut trng, max_sleep);
                         if trng.percent(25) {
                             probes.push(probe(&mut trng, world));
                         }
                         submit(world, Some(device), queues, id, shared, None, &mut trng);
+                        if trng.percent(20) {
+                            frames.push(run_frame(world, device, queues, frame_cbs, &mut trng));
+                        }
                     }
-                    probes
+                    (probes, frames)
                 })
             })
             .collect();
         for t in submitters {
             match t.join() {
-                Ok(p) => probes.extend(p),
+                Ok((p, f)) => {
+                    probes.extend(p);
+                    frames.extend(f);
+                }
                 Err(panic) => resume_unwind(panic),
             }
         }
@@ -1467,6 +1652,7 @@ fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
             }
             phase("settling");
             settle(&world);
+            settle_frames(ctx, &frames);
             phase("dropping the device");
             drop(queues);
             drop(device);
@@ -1510,8 +1696,11 @@ fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
             settle(&world);
         }
     }
+    phase("settling the frames");
+    settle_frames(ctx, &frames);
     phase("waiting for every capture dropped and every worker exited");
     drop(shared);
+    drop(frame_cbs);
     // Every payload freed, every worker gone.
     wait_until(ctx, "every captured value dropped", || {
         live.load(Ordering::SeqCst) == 0
@@ -1522,7 +1711,10 @@ fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
         });
     }
     phase("checking");
-    let stats = check(ctx, &world, &probes);
+    let mut stats = check(ctx, &world, &probes);
+    for f in &frames {
+        check_frame(ctx, &world, f, &mut stats);
+    }
     *PLAN.lock().unwrap_or_else(|p| p.into_inner()) = String::new();
     stats
 }
@@ -1542,6 +1734,8 @@ struct Stats {
     tiles: u64,
     probes: usize,
     probes_timed_out: usize,
+    frames: usize,
+    frames_done: usize,
 }
 
 impl Stats {
@@ -1560,6 +1754,8 @@ impl Stats {
         self.tiles += o.tiles;
         self.probes += o.probes;
         self.probes_timed_out += o.probes_timed_out;
+        self.frames += o.frames;
+        self.frames_done += o.frames_done;
     }
 }
 
@@ -1876,6 +2072,14 @@ fn soak() {
         round_no += 1;
     }
     let baseline = baseline.expect("at least one round");
+    // Frames that failed (a failed gate, a dropped device) check little:
+    // most must have run to their dealloca.
+    assert!(
+        stats.frames < 10 || stats.frames_done * 2 > stats.frames,
+        "soak (FENCELINE_SOAK_SEED={seed}): only {} of {} transient frames ran to their dealloca",
+        stats.frames_done,
+        stats.frames
+    );
     // A device dropped inside its own work frees its last memory when its
     // detached workers exit; where their exit cannot be observed (Miri has
     // no /proc), give them the round limit to do so.
