@@ -180,6 +180,23 @@ impl Bound {
         }
     }
 
+    /// What a tile sees of this binding, with `slots` the submission's
+    /// resolved table.
+    #[inline]
+    fn resolve(&self, slots: &[SlotView]) -> Resolved {
+        let view = match &self.source {
+            BoundSource::Buffer { view, .. } => *view,
+            // In range: every slot a dispatch binds is in its submission's
+            // table (checked at `execute_with`).
+            BoundSource::Slot(i) => slots[*i],
+        };
+        Resolved {
+            base: view.base,
+            len: view.len,
+            chunk: self.chunk.unwrap_or(0),
+        }
+    }
+
     /// The slot, for a slot binding.
     pub(crate) fn slot(&self) -> Option<usize> {
         match self.source {
@@ -256,13 +273,22 @@ fn invalid(message: String) -> Error {
     Error::new(ErrorKind::InvalidArgument, message)
 }
 
+/// A binding as the tiles of one range see it: its bytes and its chunk
+/// (0: read), resolved once per range from the recorded binding and the
+/// submission's table, on the running thread's stack, so that a tile's
+/// checks read values the compiler can keep out of the tile loop.
+#[derive(Clone, Copy)]
+struct Resolved {
+    base: *mut u8,
+    len: usize,
+    chunk: usize,
+}
+
 /// What one tile of a bound dispatch sees of its buffers.
 ///
 /// Not `Sync`: it lives for one tile, on the thread running it.
 pub struct TileIo<'a> {
-    bound: &'a [Bound],
-    /// The submission's binding table, resolved.
-    slots: &'a [SlotView],
+    bindings: &'a [Resolved],
     tile: usize,
     /// Bit `i`: binding `i`'s chunk was handed out.
     taken: Cell<u64>,
@@ -270,30 +296,16 @@ pub struct TileIo<'a> {
 
 impl<'a> TileIo<'a> {
     /// # Safety
-    /// The action running the dispatch holds every bound buffer and every
-    /// buffer of `slots` it binds (for writing where the binding writes)
-    /// for `'a`, `slots` covers every slot the dispatch binds (the
-    /// submission's checks), and `tile` is a tile of the dispatch's grid
-    /// (so its chunks are in bounds: checked at record or submission) run
-    /// once, by this `TileIo` alone.
-    pub(crate) unsafe fn new(bound: &'a [Bound], slots: &'a [SlotView], tile: u64) -> TileIo<'a> {
+    /// The action running the dispatch holds every buffer of `bindings`
+    /// (for writing where the binding writes) for `'a`, and `tile` is a
+    /// tile of the dispatch's grid (so its chunks are in bounds: checked at
+    /// record or submission) run once, by this `TileIo` alone.
+    unsafe fn new(bindings: &'a [Resolved], tile: u64) -> TileIo<'a> {
         TileIo {
-            bound,
-            slots,
+            bindings,
             // A tile of a grid whose chunks fit in memory: fits `usize`.
             tile: tile as usize,
             taken: Cell::new(0),
-        }
-    }
-
-    /// The bytes of binding `b`.
-    #[inline]
-    fn view(&self, b: &Bound) -> SlotView {
-        match &b.source {
-            BoundSource::Buffer { view, .. } => *view,
-            // In range: every slot a dispatch binds is in its submission's
-            // table (checked at `execute_with`).
-            BoundSource::Slot(i) => self.slots[*i],
         }
     }
 
@@ -306,13 +318,12 @@ impl<'a> TileIo<'a> {
     /// type's alignment fits).
     #[inline]
     pub fn read<T: Pod>(&self, binding: usize) -> Result<&[T], Error> {
-        let Some(b) = self.bound.get(binding) else {
-            return Err(out_of_range(binding, self.bound.len()));
+        let Some(v) = self.bindings.get(binding) else {
+            return Err(out_of_range(binding, self.bindings.len()));
         };
-        if b.chunk.is_some() {
+        if v.chunk != 0 {
             return Err(not_readable(binding));
         }
-        let v = self.view(b);
         let size = std::mem::size_of::<T>();
         // The start is aligned to `BUFFER_ALIGN`: only a larger alignment
         // needs looking at (compiled out for every other type).
@@ -342,12 +353,13 @@ impl<'a> TileIo<'a> {
     #[allow(clippy::mut_from_ref)] // handed out once per binding: `taken`
     #[inline]
     pub fn chunk<T: Pod>(&self, binding: usize) -> Result<&mut [T], Error> {
-        let Some(b) = self.bound.get(binding) else {
-            return Err(out_of_range(binding, self.bound.len()));
+        let Some(v) = self.bindings.get(binding) else {
+            return Err(out_of_range(binding, self.bindings.len()));
         };
-        let Some(chunk) = b.chunk else {
+        let chunk = v.chunk;
+        if chunk == 0 {
             return Err(not_writable(binding));
-        };
+        }
         let bit = 1u64 << binding;
         let taken = self.taken.get();
         if taken & bit != 0 {
@@ -367,7 +379,6 @@ impl<'a> TileIo<'a> {
         // In bounds: checked at record for every tile of the grid. Aligned
         // for `T` (the buffer's start is aligned to 64, `start` checked)
         // and a whole number of `T`s; any bytes are a valid `T` (`Pod`).
-        let v = self.view(b);
         Ok(unsafe { std::slice::from_raw_parts_mut(v.base.add(start).cast::<T>(), chunk / size) })
     }
 
@@ -380,7 +391,7 @@ impl<'a> TileIo<'a> {
 impl std::fmt::Debug for TileIo<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TileIo")
-            .field("bindings", &self.bound.len())
+            .field("bindings", &self.bindings.len())
             .field("tile", &self.tile)
             .finish()
     }
@@ -471,10 +482,19 @@ where
         let s = unsafe { &*slots };
         &s.views[..s.len]
     };
+    let mut resolved = [const { std::mem::MaybeUninit::<Resolved>::uninit() }; MAX_BINDINGS];
+    for (r, b) in resolved.iter_mut().zip(bound) {
+        r.write(b.resolve(views));
+    }
+    // SAFETY: the first `bound.len()` (at most `MAX_BINDINGS`: checked at
+    // record) were written just above.
+    let resolved: &[Resolved] =
+        unsafe { std::slice::from_raw_parts(resolved.as_ptr().cast(), bound.len()) };
     crate::task::run_tiles(
         &|t: &Tile| {
-            // SAFETY: per contract (`TileIo::new`).
-            let io = unsafe { TileIo::new(bound, views, t.linear_id()) };
+            // SAFETY: per contract (`TileIo::new`): the action holds every
+            // buffer these bindings resolve to.
+            let io = unsafe { TileIo::new(resolved, t.linear_id()) };
             (d.f)(t, &io)
         },
         grid,
