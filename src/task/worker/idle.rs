@@ -1,0 +1,259 @@
+//! Looking for work (own deque, steals, the injector), idling, parking
+//! and timed waits.
+
+use super::*;
+
+impl Worker {
+    /// The next task to run: a hop's, own deque, injector, steal.
+    pub(super) fn find(&mut self) -> Option<NonNull<Task>> {
+        if let Some(t) = self.take_next() {
+            return Some(t);
+        }
+        self.take_hopped();
+        if self.spill.is_empty() {
+            if let Some(t) = self.local().pop() {
+                if self.local().is_empty() {
+                    // We run the only task there was: nobody else needs to
+                    // hear of it (a hop's next action stays on this worker
+                    // with no wake-up).
+                    self.unannounced = false;
+                } else {
+                    self.publish();
+                }
+                return Some(t.0);
+            }
+        }
+        // Nothing left here: held decrements go out before looking
+        // elsewhere (or parking); the join they complete runs here.
+        if let Some(ready) = self.release_join() {
+            self.publish();
+            return Some(ready);
+        }
+        self.publish();
+        if let Some(t) = self.local().pop() {
+            return Some(t.0);
+        }
+        // Issuer turns offered to the workers: drained here, the tasks
+        // they issue land on our deque.
+        if self.run_turns() {
+            if let Some(t) = self.local().pop() {
+                self.unannounced |= !self.local().is_empty();
+                return Some(t.0);
+            }
+        }
+        // Oldest chunk first (the reversal walks chunks, not tasks).
+        let mut chunks = self.shared.injector.take_all();
+        if let Some(head) = chunks.pop_front().map(Handle::into_raw) {
+            // SAFETY: the chunk's chain was given up to the injector by
+            // `chunk` and is ours now that the take gave us its head.
+            let mut taken = unsafe { walk_chunk(head) };
+            let first = taken.pop_front().map(Handle::into_raw);
+            let Some(first) = first else {
+                unreachable!("a chunk holds a task");
+            };
+            // Keep what fits the deque (stealable there) and give the rest
+            // back to the injector for the other workers.
+            while self.local().len() < LOCAL_CAP {
+                match taken.pop_front() {
+                    Some(t) => self.local().push(TaskPtr(t.into_raw())),
+                    None => break,
+                }
+            }
+            if !taken.is_empty() {
+                chunks.append(&mut ExecutorState::chunk(taken));
+            }
+            if !chunks.is_empty() {
+                // In order (a walk over chunks): the oldest stay first.
+                self.shared.injector.push_list(chunks);
+                // Its notify covers the tasks kept as well.
+                self.shared.notify();
+            } else {
+                // Workers woken for these may have found the injector
+                // empty: tell them before running `first`.
+                self.unannounced |= !self.local().is_empty();
+            }
+            return Some(first);
+        }
+        let n = self.shared.stealers.len();
+        for k in 1..n {
+            let victim = (self.index + k) % n;
+            loop {
+                match self.shared.stealers[victim].steal_batch_and_pop(self.local()) {
+                    Steal::Success(t) => {
+                        WorkerCounters::bump(&self.shared.slots[self.index].counters.steals);
+                        crate::trace::instant(crate::trace::Kind::Steal, 0, victim as u64, 0);
+                        // The rest of the batch sits on our deque now.
+                        self.unannounced |= !self.local().is_empty();
+                        return Some(t.0);
+                    }
+                    Steal::Empty => break,
+                    Steal::Retry => continue,
+                }
+            }
+        }
+        None
+    }
+
+    /// No work found: spin a little, then park. `false`: time to exit.
+    pub(super) fn idle(&mut self) -> bool {
+        self.flush();
+        if self.busy {
+            self.busy = false;
+            self.set_running(false);
+        }
+        // SAFETY: `self.shared` is never reassigned, and the `Arc` keeps
+        // the state alive for as long as this worker (a borrow through a
+        // pointer, not a clone: two read-modify-writes per idle cycle).
+        let shared: &ExecutorState = unsafe { &*Arc::as_ptr(&self.shared) };
+        let epoch = shared.sleep.epoch();
+        #[cfg(not(fenceline_loom))]
+        if shared.spin {
+            // Poll the epoch with one `pause` between reads (see
+            // `SPIN_POLLING`), then yield.
+            let since = Instant::now();
+            loop {
+                for _ in 0..32 {
+                    if shared.sleep.epoch() != epoch {
+                        return true;
+                    }
+                    crate::sync::hint::spin_loop();
+                }
+                // The clock is read once a batch (about 0.8 us).
+                if since.elapsed() >= SPIN_POLLING {
+                    break;
+                }
+            }
+            let since = Instant::now();
+            while since.elapsed() < SPIN_YIELDING {
+                std::thread::yield_now();
+                if shared.sleep.epoch() != epoch {
+                    return true;
+                }
+            }
+        }
+        if let Some(task) = self.find() {
+            self.execute(task);
+            return true;
+        }
+        if self.expire_waits() {
+            return true; // requeued waits on our own deque: run them
+        }
+        // The fence pairs with those of `flush` and `begin_shutdown`.
+        fence(Ordering::SeqCst);
+        if shared.shutdown.load(Ordering::Acquire) && shared.live.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        // Park, also at shutdown while some task still runs elsewhere: the
+        // worker that retires the last one wakes everyone (`flush`), and
+        // its epoch bump stops us from parking past it (`announce`).
+        let slot = &shared.slots[self.index];
+        // Read before the flag is armed: nothing between the announce and
+        // the park takes a lock (a lock there held the worker while a
+        // waker unparked it; under loom, whose blocked lock drops a
+        // pending unpark, that worker then parked for good). A deadline
+        // listed after this read comes with a `notify`, which this worker
+        // sees in its announce or is woken by.
+        let deadline = self.nearest_deadline();
+        // Swaps, not stores, for both of the worker's writes to its flag.
+        // A store would be enough for the C++ model (a waker's swap, being
+        // an RMW, reads the latest value), but loom lets a plain store fall
+        // between another thread's swap read and write (loom issues #254,
+        // #389): its waker then reads a stale `false` and the model
+        // deadlocks with this worker parked. Parking is the slow path.
+        let _ = slot.sleeping.swap(true, Ordering::Release);
+        if shared.sleep.announce(epoch) {
+            let counters = &slot.counters;
+            WorkerCounters::bump(&counters.parks);
+            let parked = crate::trace::now();
+            // Sleep until the epoch moves: every wake (`notify`, `wake_all`)
+            // bumps it before unparking, so a wake-up is never missed and a
+            // stale unpark token only costs one more look. (No look before
+            // the first park: `announce` just read the epoch unchanged, and
+            // a waker after it finds our flag set.)
+            loop {
+                match deadline {
+                    None => crate::sync::thread::park(),
+                    Some(d) => {
+                        let now = Instant::now();
+                        if now >= d {
+                            break;
+                        }
+                        crate::sync::park_timeout(d - now);
+                    }
+                }
+                if shared.sleep.epoch_now() != epoch {
+                    WorkerCounters::bump(&counters.wakeups);
+                    break; // the usual wake-up: one RMW
+                }
+                // Woken to an unchanged epoch: a waker whose bump we had
+                // already seen (it came before our epoch read) may have
+                // taken our flag, and we are about to park again. Arm it
+                // again before looking once more: without this a later
+                // waker counts us as a sleeper, finds no flag set and wakes
+                // nobody, a lost wake-up. The epoch read after it is an
+                // AcqRel RMW, so either that waker's bump comes after it
+                // (and the waker's flag swap then sees this `true`) or we
+                // see the bump and stay up.
+                let _ = slot.sleeping.swap(true, Ordering::AcqRel);
+                if shared.sleep.epoch_now() != epoch {
+                    WorkerCounters::bump(&counters.wakeups);
+                    break;
+                }
+            }
+            crate::trace::span(crate::trace::Kind::Park, parked, 0, self.index as u64, 0);
+        }
+        let _ = slot.sleeping.swap(false, Ordering::Release);
+        shared.sleep.leave();
+        true
+    }
+
+    fn nearest_deadline(&self) -> Option<Instant> {
+        if self.shared.suspended_waits.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let waits = self.shared.lock_waits();
+        waits
+            .iter()
+            // SAFETY: listed wait states are alive (their tasks are
+            // suspended, owned by the list until removed).
+            .filter_map(|w| unsafe { w.as_ref() }.deadline)
+            .min()
+    }
+
+    /// Times out (or, at shutdown, cancels) parked waits: abandons their
+    /// timepoints, whose callbacks requeue the tasks (see `WaitState`);
+    /// `true` if it abandoned any.
+    fn expire_waits(&mut self) -> bool {
+        if self.shared.suspended_waits.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let shutdown = self.shared.shutdown.load(Ordering::Acquire);
+        let now = Instant::now();
+        let mut claimed = DList::<WaitLink>::new();
+        {
+            let mut waits = self.shared.lock_waits();
+            let mut cursor = waits.front();
+            while let Some(w) = cursor {
+                // SAFETY: `w` is linked in `waits`.
+                cursor = unsafe { waits.next(w) };
+                // SAFETY: listed, hence alive.
+                let due = shutdown || unsafe { w.as_ref() }.deadline.is_some_and(|d| d <= now);
+                if due {
+                    // SAFETY: listed, hence linked here; we hold the lock.
+                    unsafe { WaitState::expire(w, &mut waits, &mut claimed) };
+                }
+            }
+            self.shared
+                .suspended_waits
+                .store(waits.len(), Ordering::Release);
+        }
+        // Handed over with the lock released (a hand-over may run
+        // semaphore callbacks here).
+        let any = !claimed.is_empty();
+        while let Some(w) = claimed.pop_front() {
+            // SAFETY: put there by `expire`, taken off just now.
+            unsafe { WaitState::abandon_claimed(w.into_raw()) };
+        }
+        any
+    }
+}
