@@ -88,6 +88,12 @@ impl CommandBuffer {
             Target::Cuda(shared) => buffer.on_context(&shared.ctx),
         };
         if ok {
+            // A buffer from `Queue::alloca` has an address only between
+            // its alloca and its dealloca.
+            #[cfg(feature = "cuda")]
+            if buffer.cuda_transient_queue().is_some() {
+                buffer.device_ptr()?;
+            }
             Ok(())
         } else {
             Err(Error::new(

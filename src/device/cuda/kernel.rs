@@ -198,6 +198,12 @@ impl Launch {
         })
     }
 
+    /// The buffers its arguments name.
+    pub(crate) fn buffers(&self) -> &[Buffer] {
+        // SAFETY: written into the arena for this launch, alive while it is.
+        unsafe { self.buffers.as_ref() }
+    }
+
     /// The parameter pointers, for the driver (which copies the values).
     fn params(&self) -> *mut *mut c_void {
         self.params.as_ptr().cast()
