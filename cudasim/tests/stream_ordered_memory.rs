@@ -58,10 +58,30 @@ const PTX: &CStr = c".version 8.0
 /// running on its stream).
 static HOLD: AtomicBool = AtomicBool::new(false);
 static STORES: AtomicU64 = AtomicU64::new(0);
+/// `som_store` runs begun (past the simulator's checks).
+static STARTED: AtomicU64 = AtomicU64::new(0);
+
+/// Sets `HOLD` until dropped (also when the test fails, so later tests'
+/// kernels do not wait).
+struct Held;
+
+impl Held {
+    fn new() -> Held {
+        HOLD.store(true, Ordering::SeqCst);
+        Held
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HOLD.store(false, Ordering::SeqCst);
+    }
+}
 
 /// Host implementation of `som_store(data: *mut u32, value: u32)`: waits
 /// while `HOLD` is set (bounded), then stores `value` at `data`.
 extern "C" fn som_store(_grid: *const u32, _block: *const u32, params: *const *const c_void) {
+    STARTED.fetch_add(1, Ordering::SeqCst);
     let start = Instant::now();
     while HOLD.load(Ordering::SeqCst) && start.elapsed() < TIMEOUT {
         std::thread::sleep(std::time::Duration::from_micros(200));
@@ -183,8 +203,14 @@ fn a_free_reached_while_other_stream_work_uses_the_memory_is_misuse() {
     let (a, b) = (new_stream(), new_stream());
     let d = alloc_async(64, a);
     ok(sync(a));
-    HOLD.store(true, Ordering::SeqCst);
+    let held = Held::new();
+    let started = STARTED.load(Ordering::SeqCst);
     ok(launch(f, b, d, 3)); // runs on b, held
+                            // Running (its checks passed), not just queued.
+    let t0 = Instant::now();
+    while STARTED.load(Ordering::SeqCst) == started && t0.elapsed() < TIMEOUT {
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
     let before = fenceline_sim_misuse_count();
     ok(cuMemFreeAsync(d, a)); // not ordered after b's kernel
     assert_eq!(sync(a), CUDA_ERROR_ILLEGAL_STATE);
@@ -194,7 +220,7 @@ fn a_free_reached_while_other_stream_work_uses_the_memory_is_misuse() {
         "{}",
         last_misuse()
     );
-    HOLD.store(false, Ordering::SeqCst);
+    drop(held);
     // The kernel still finds its memory (leaked, not freed under it).
     let _ = sync(b);
     ok(cuStreamDestroy_v2(a));
