@@ -47,9 +47,10 @@ fn check_recordings(device: &DeviceInner, recordings: &[&RecordingRef]) -> Resul
 impl Queue {
     /// Checks a CUDA buffer from `Queue::alloca` that a submission to this
     /// queue uses: it must be this queue's (its stream orders every use)
-    /// and its dealloca must not have run (checked again at issue).
+    /// and its dealloca must not have run; a buffer a recording names
+    /// (`recorded`) has had its alloca run. Checked again at issue.
     #[cfg(feature = "cuda")]
-    fn check_transient_use(&self, buffer: &Buffer) -> Result<(), Error> {
+    fn check_transient_use(&self, buffer: &Buffer, recorded: bool) -> Result<(), Error> {
         match buffer.cuda_transient_queue() {
             Some(q) if q != self.index => Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -59,7 +60,18 @@ impl Queue {
                     self.index
                 ),
             )),
-            Some(_) => buffer.device_ptr().map(drop),
+            Some(_) if recorded => buffer.device_ptr().map(drop),
+            Some(_) => match buffer.cuda().and_then(|m| m.transient.as_ref()) {
+                Some(t) if t.life.life() == crate::device::hold::Life::Gone => Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    format!(
+                        "a binding table holds a buffer from Queue::alloca ({} bytes) \
+                             whose dealloca ran",
+                        buffer.len()
+                    ),
+                )),
+                _ => Ok(()),
+            },
             None => Ok(()),
         }
     }
@@ -145,6 +157,17 @@ impl Queue {
     /// warm. The action holds the table's buffers as it holds the ones its
     /// command buffers name.
     ///
+    /// On a CUDA device the slots are kernel arguments
+    /// ([`KernelArg::Slot`](super::KernelArg::Slot)), resolved when the
+    /// action is issued: a one-shot command buffer launches with them, a
+    /// reusable one first sets its graph's kernel nodes' parameters
+    /// (`cuGraphExecKernelNodeSetParams`). A buffer from
+    /// [`alloca`](Self::alloca) may be in the table before its alloca ran,
+    /// as long as the alloca is issued before this execute (order it with
+    /// a semaphore): the execute fails with `FailedPrecondition` otherwise,
+    /// or if the buffer's dealloca was issued first, and nothing of it is
+    /// enqueued.
+    ///
     /// # Errors
     ///
     /// Nothing is submitted and no semaphore is touched when this returns
@@ -155,9 +178,11 @@ impl Queue {
     ///   a command buffer binds; a buffer shorter than its slot's chunks,
     ///   or of another device; one buffer in two slots where either is
     ///   written, or in a slot and bound directly by a command buffer of the
-    ///   submission where either writes it.
+    ///   submission where either writes it; on a CUDA device, a buffer from
+    ///   another queue's `alloca`, or a buffer shorter than a slot
+    ///   argument's offset.
     /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition): as for
-    ///   `execute`; a non-empty table on a CUDA device (not supported yet).
+    ///   `execute`; a buffer from `alloca` whose dealloca ran.
     /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted): as for
     ///   `execute`, or the table pool cannot grow.
     ///
@@ -202,16 +227,15 @@ impl Queue {
         if table.is_empty() {
             return self.execute_table(waits, signals, command_buffers, None);
         }
-        if !matches!(&*self.device, DeviceInner::Cpu { .. }) {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                "binding tables are not supported on a CUDA device yet",
-            ));
-        }
         let recs = command_buffers
             .iter()
             .filter_map(|cb| cb.recording_for_submit().ok().map(|r| &**r));
         let t = table::SlotTable::new(table, recs)?;
+        // A table's buffer from an alloca needs no address yet: its alloca
+        // may be issued between now and this execute's issue (which checks
+        // it has been).
+        #[cfg(feature = "cuda")]
+        t.each_used(|b| self.check_transient_use(b, false))?;
         self.execute_table(waits, signals, command_buffers, Some(t))
     }
 
@@ -228,7 +252,7 @@ impl Queue {
             let r = cb.recording_for_submit()?;
             check_recordings(&self.device, &[r])?;
             #[cfg(feature = "cuda")]
-            r.each_cuda_transient(|b| self.check_transient_use(b))?;
+            r.each_cuda_transient(|b| self.check_transient_use(b, true))?;
             if table.is_none() && r.has_slots() {
                 return Err(Error::new(
                     ErrorKind::InvalidArgument,

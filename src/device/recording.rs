@@ -236,7 +236,17 @@ impl Command {
     /// Calls `f` with each binding-table slot the command binds and how
     /// (a bound dispatch's slot bindings), with the bytes its chunks span
     /// over `tiles`.
+    ///
+    /// A kernel launch's slot arguments are reported as reads needing
+    /// `offset` bytes: what a kernel does with its memory is not known,
+    /// and, as for its buffer arguments, nothing is checked about it.
     pub(crate) fn slot_accesses(&self, mut f: impl FnMut(usize, Access, usize)) {
+        #[cfg(feature = "cuda")]
+        if let Command::Launch(launch) = self {
+            for s in launch.slots() {
+                f(s.slot, Access::Read, s.offset);
+            }
+        }
         if let Command::Dispatch {
             bindings: Some(b),
             grid,

@@ -110,27 +110,33 @@ impl CudaBackend {
             }
             _ => {}
         }
-        if let Work::Execute { inline, more, .. } = &work.payload().work {
+        if let Work::Execute {
+            inline,
+            more,
+            table,
+            ..
+        } = &work.payload().work
+        {
             let recordings = inline
                 .iter()
                 .flatten()
                 .chain(more.iter().flat_map(|m| m.iter()));
-            // Before anything is enqueued: every buffer from an alloca is
-            // between its alloca and its dealloca on this stream (both
-            // issued by this thread, so neither can move meanwhile).
+            let table = table.as_ref();
+            // Before anything is enqueued: every buffer from an alloca
+            // (named or in the table) is between its alloca and its
+            // dealloca on this stream (both issued by this thread, so
+            // neither can move meanwhile).
             for recording in recordings.clone() {
                 recording.each_cuda_transient(|b| b.device_ptr().map(drop))?;
             }
+            if let Some(t) = table {
+                t.each_used(|b| b.device_ptr().map(drop))?;
+            }
             for recording in recordings {
                 if let Some(graph) = &recording.graph {
-                    // SAFETY: a live exec (the submission holds its
-                    // recording) and stream; the context is current.
-                    check(
-                        unsafe { sys::cuGraphLaunch(graph.exec.raw, stream) },
-                        "cuGraphLaunch",
-                    )?;
+                    graph.launch_with_table(recording, table, stream)?;
                 } else if recording.is_one_shot() {
-                    super::graph::issue_direct(recording, stream)?;
+                    super::graph::issue_direct(recording, table, stream)?;
                 }
             }
         }

@@ -65,6 +65,7 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuMemcpyDtoDAsync_v2",
     "cuMemAllocAsync",
     "cuMemFreeAsync",
+    "cuGraphExecKernelNodeSetParams_v2",
 ];
 
 /// `Ok` for `CUDA_SUCCESS`, else an `Internal` error naming the call.
