@@ -6,7 +6,7 @@
 //! in that order on the launching stream's thread.
 
 use crate::context::require_context;
-use crate::memory::{Copy1D, Fill, Place};
+use crate::memory::{check_not_freed, Copy1D, Fill, Place, Uses};
 use crate::misuse::lock;
 use crate::module::KernelCall;
 use crate::state::{handle, id_of, state};
@@ -40,7 +40,17 @@ impl Node {
             // SAFETY: host sides of a memcpy node must stay valid while the
             // graph can run (the contract of cuGraphAddMemcpyNode's caller).
             Node::Copy(copy) => unsafe { copy.run(call) },
-            Node::Kernel(k) => k.run(),
+            Node::Kernel(k) => k.run(call),
+        }
+    }
+
+    /// The device addresses it names (for [`Uses::take`]).
+    fn addrs(&self) -> Vec<u64> {
+        match self {
+            Node::Empty => Vec::new(),
+            Node::Fill(fill) => vec![fill.dst],
+            Node::Copy(copy) => copy.device_addrs().collect(),
+            Node::Kernel(k) => k.addrs().collect(),
         }
     }
 }
@@ -50,9 +60,10 @@ pub(crate) struct Graph {
     nodes: Vec<(u64, Arc<Node>)>,
 }
 
-/// An instantiated graph: a snapshot of its graph's nodes.
+/// An instantiated graph: a snapshot of its graph's nodes (by the graph's
+/// node ids, which `cuGraphExecKernelNodeSetParams_v2` names).
 pub(crate) struct Exec {
-    nodes: Vec<Arc<Node>>,
+    nodes: Mutex<Vec<(u64, Arc<Node>)>>,
     /// Held while a launch runs, so launches on different streams never overlap.
     running: Mutex<()>,
 }
@@ -335,15 +346,9 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     api(CALL, || {
         let out = Out::new(phGraphExec, CALL, "phGraphExec")?;
         let mut st = state();
-        let nodes = st
-            .graphs
-            .get(id_of(hGraph), CALL)?
-            .nodes
-            .iter()
-            .map(|(_, n)| n.clone())
-            .collect();
+        let nodes = st.graphs.get(id_of(hGraph), CALL)?.nodes.clone();
         let id = st.execs.insert(Arc::new(Exec {
-            nodes,
+            nodes: Mutex::new(nodes),
             running: Mutex::new(()),
         }));
         INSTANTIATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -381,9 +386,66 @@ pub extern "C" fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> C
     api(CALL, || {
         let exec = state().execs.get(id_of(hGraphExec), CALL)?.clone();
         let s = stream(hStream, CALL)?;
+        // The nodes as they are now: a later parameter update is for later
+        // launches.
+        let nodes: Vec<Arc<Node>> = lock(&exec.nodes).iter().map(|(_, n)| n.clone()).collect();
+        let uses = Uses::take(nodes.iter().flat_map(|n| n.addrs()));
         s.enqueue(Box::new(move || {
-            let _one_at_a_time = lock(&exec.running);
-            exec.nodes.iter().try_for_each(|n| n.run(CALL))
+            let r = {
+                let _one_at_a_time = lock(&exec.running);
+                nodes.iter().try_for_each(|n| n.run(CALL))
+            };
+            drop(uses);
+            r
         }))
+    })
+}
+
+/// Sets a kernel node's parameters in an executable graph, for launches
+/// made from now on (launches already queued keep the old ones). The node
+/// must be a kernel node of the graph it was instantiated from; an 8-byte
+/// parameter pointing into stream-ordered memory already freed is misuse.
+///
+/// # Safety
+/// `nodeParams` must be null or valid for a read, with `kernelParams` as
+/// [`crate::cuLaunchKernel`] requires.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    const CALL: &str = "cuGraphExecKernelNodeSetParams_v2";
+    api(CALL, || {
+        if nodeParams.is_null() {
+            return fail!(CUDA_ERROR_INVALID_VALUE, "{CALL}: nodeParams is null");
+        }
+        let exec = state().execs.get(id_of(hGraphExec), CALL)?.clone();
+        // SAFETY: non-null and readable by this fn's contract.
+        let p = unsafe { nodeParams.read() };
+        let grid = [p.gridDimX, p.gridDimY, p.gridDimZ];
+        let block = [p.blockDimX, p.blockDimY, p.blockDimZ];
+        // SAFETY: `kernelParams` as cuLaunchKernel requires (this fn's contract).
+        let call = unsafe { KernelCall::capture(p.func, grid, block, p.kernelParams, CALL) }?;
+        for a in call.addrs() {
+            check_not_freed(a, CALL)?;
+        }
+        let node = id_of(hNode);
+        let mut nodes = lock(&exec.nodes);
+        match nodes.iter_mut().find(|(id, _)| *id == node) {
+            Some((_, n)) if matches!(**n, Node::Kernel(_)) => {
+                *n = Arc::new(Node::Kernel(call));
+                Ok(())
+            }
+            Some(_) => fail!(
+                CUDA_ERROR_INVALID_VALUE,
+                "{CALL}: node {node:#x} is not a kernel node"
+            ),
+            None => fail!(
+                CUDA_ERROR_INVALID_VALUE,
+                "{CALL}: node {node:#x} is not a node of graph exec {:#x}",
+                id_of(hGraphExec)
+            ),
+        }
     })
 }

@@ -18,6 +18,11 @@
 //!   address), filled with `0xCD` when allocated so code that relies on zeroed
 //!   memory fails. Every device-side range of a memset or memcpy is checked
 //!   against the live allocations, again when a queued operation runs.
+//!   `cuMemAllocAsync` / `cuMemFreeAsync` are stream-ordered: the memory is
+//!   usable from when its stream reaches the allocation until it reaches
+//!   the free. Queued operations count as uses of the allocations they
+//!   name (a kernel's 8-byte parameters are taken as addresses) until they
+//!   finished.
 //! - **Modules.** PTX text is scanned for `.version` and `.entry NAME`.
 //!   Kernels do nothing unless a host implementation was registered under
 //!   their name with [`fenceline_sim_register_kernel`].
@@ -25,6 +30,8 @@
 //!   graph runs its nodes in insertion order (a valid topological order, as
 //!   dependencies must already exist) on the launching stream's thread;
 //!   launches of one executable graph never overlap.
+//!   `cuGraphExecKernelNodeSetParams_v2` changes a kernel node's parameters
+//!   for the launches made after it.
 //!
 //! # Counters
 //! `fenceline_sim_thread_calls()` is the number of driver calls the calling
@@ -46,6 +53,10 @@
 //! | `cuMemFree_v2`/`cuMemFreeHost` of a pointer that is not a live allocation of that kind | `CUDA_ERROR_INVALID_VALUE` |
 //! | `cuDevicePrimaryCtxRelease_v2` with no retain outstanding | `CUDA_ERROR_INVALID_CONTEXT` |
 //! | a memset/memcpy device range not inside one live device allocation | `CUDA_ERROR_INVALID_VALUE` |
+//! | a queued memset/memcpy/kernel that runs on stream-ordered memory its stream has not reached the allocation of, or that was freed | `CUDA_ERROR_ILLEGAL_ADDRESS` |
+//! | a `cuMemFreeAsync` reached while other stream work naming the memory is queued or running (the memory is leaked, not freed) | `CUDA_ERROR_ILLEGAL_STATE` |
+//! | `cuMemFree_v2` of a `cuMemAllocAsync` allocation its stream has not reached | `CUDA_ERROR_INVALID_VALUE` |
+//! | `cuGraphExecKernelNodeSetParams_v2` with a parameter in stream-ordered memory already freed | `CUDA_ERROR_ILLEGAL_ADDRESS` |
 //!
 //! A queued operation that finds its memory freed by the time it runs is
 //! reported the same way; its error is returned by the next

@@ -3,6 +3,18 @@
 //! address). Every device-side range of a memset or memcpy must lie inside
 //! one live device allocation; it is checked when the call is made and again,
 //! with the table locked so nothing can be freed meanwhile, when it runs.
+//!
+//! Stream-ordered allocations (`cuMemAllocAsync` / `cuMemFreeAsync`) get
+//! their address when the call is made but are usable only from when their
+//! stream reaches the allocation until it reaches the free: a queued
+//! operation that runs outside that window is misuse. Every queued
+//! operation (memset, memcpy, kernel, graph launch) counts itself as a use
+//! of each device allocation it names, from its enqueue until it finished;
+//! a free (either kind) that finds uses outstanding is misuse (the memory
+//! is then leaked, never handed back under a running user). A kernel's
+//! 8-byte parameters are taken as addresses: one inside a live device
+//! allocation is a use of it, and one inside a stream-ordered allocation
+//! that is not reached yet or already freed fails the launch when it runs.
 
 use crate::context::require_context;
 use crate::misuse::{error, lock, misuse};
@@ -27,13 +39,135 @@ enum Kind {
     Host,
 }
 
+/// Where a device allocation is in its (stream-ordered) life.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Life {
+    /// `cuMemAllocAsync` was called; its stream has not reached it.
+    Pending,
+    /// Usable.
+    Ready,
+    /// `cuMemFreeAsync` was called; its stream has not reached it (still
+    /// usable by work ordered before the free).
+    Freeing,
+}
+
 struct Alloc {
     layout: Layout,
     kind: Kind,
+    life: Life,
+    /// Never reused: tells this allocation from a later one at the same
+    /// address.
+    id: u64,
+    /// Queued or running operations that name it.
+    uses: u64,
 }
 
-/// Live allocations by base address.
-static ALLOCS: Mutex<BTreeMap<usize, Alloc>> = Mutex::new(BTreeMap::new());
+/// Every allocation the simulator knows of.
+struct Table {
+    /// Live allocations by base address.
+    live: BTreeMap<usize, Alloc>,
+    /// Stream-ordered allocations freed since, by base address, with their
+    /// size (forgotten once the address is allocated again): what a
+    /// kernel parameter is checked against.
+    freed: BTreeMap<usize, usize>,
+    next_id: u64,
+}
+
+static ALLOCS: Mutex<Table> = Mutex::new(Table {
+    live: BTreeMap::new(),
+    freed: BTreeMap::new(),
+    next_id: 1,
+});
+
+/// The live device allocation containing `addr`: its base.
+fn containing(allocs: &BTreeMap<usize, Alloc>, addr: u64) -> Option<(usize, &Alloc)> {
+    let a = usize::try_from(addr).ok()?;
+    let (base, al) = allocs.range(..=a).next_back()?;
+    (al.kind == Kind::Device && a < base + al.layout.size()).then_some((*base, al))
+}
+
+/// The uses an operation holds, from its enqueue until it is dropped
+/// (after it ran, or unrun when its stream goes away).
+pub(crate) struct Uses(Vec<(usize, u64)>);
+
+impl Uses {
+    /// Counts a use of each live device allocation one of `addrs` is in
+    /// (one whose free was queued already is not counted: the use is after
+    /// the free, which the checks when it runs report).
+    pub(crate) fn take(addrs: impl IntoIterator<Item = CUdeviceptr>) -> Uses {
+        let mut t = lock(&ALLOCS);
+        let mut taken = Vec::new();
+        for addr in addrs {
+            let Some((base, al)) = containing(&t.live, addr) else {
+                continue;
+            };
+            if al.life == Life::Freeing {
+                continue;
+            }
+            let id = al.id;
+            if taken.contains(&(base, id)) {
+                continue;
+            }
+            if let Some(al) = t.live.get_mut(&base) {
+                al.uses += 1;
+            }
+            taken.push((base, id));
+        }
+        Uses(taken)
+    }
+}
+
+impl Drop for Uses {
+    fn drop(&mut self) {
+        let mut t = lock(&ALLOCS);
+        for (base, id) in &self.0 {
+            if let Some(al) = t.live.get_mut(base).filter(|al| al.id == *id) {
+                al.uses -= 1;
+            }
+        }
+    }
+}
+
+/// Fails (as misuse) if `addr` points into a stream-ordered allocation
+/// that was freed (and not allocated again since).
+pub(crate) fn check_not_freed(addr: u64, call: &str) -> SimResult {
+    let t = lock(&ALLOCS);
+    if containing(&t.live, addr).is_some() {
+        return Ok(());
+    }
+    in_freed(&t, addr, call)
+}
+
+fn in_freed(t: &Table, addr: u64, call: &str) -> SimResult {
+    let Ok(a) = usize::try_from(addr) else {
+        return Ok(());
+    };
+    if let Some((base, size)) = t.freed.range(..=a).next_back() {
+        if a < base + size {
+            return Err(misuse(
+                CUDA_ERROR_ILLEGAL_ADDRESS,
+                format!("{call}: kernel parameter {addr:#x} is in an allocation freed by cuMemFreeAsync"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Fails (as misuse) if an 8-byte kernel parameter `addr` points into a
+/// stream-ordered allocation its stream has not reached or has freed.
+pub(crate) fn check_kernel_param(addr: u64, call: &str) -> SimResult {
+    let t = lock(&ALLOCS);
+    if let Some((_, al)) = containing(&t.live, addr) {
+        if al.life == Life::Pending {
+            return Err(misuse(
+                CUDA_ERROR_ILLEGAL_ADDRESS,
+                format!("{call}: kernel parameter {addr:#x} is in an allocation whose cuMemAllocAsync its stream has not reached"),
+            ));
+        }
+        return Ok(());
+    }
+    in_freed(&t, addr, call)
+}
 
 /// One side of a copy: user host memory (trusted, as the real driver must)
 /// or a device address (checked against the table).
@@ -58,21 +192,32 @@ impl Place {
 }
 
 /// Fails (as misuse) unless `[addr, addr + len)` is inside one live device allocation.
+///
+/// When the operation runs (`at_run`), the allocation must also have been
+/// reached by its `cuMemAllocAsync`; when it is queued, a pending one is
+/// fine (its stream order decides).
 fn check_device(
     allocs: &BTreeMap<usize, Alloc>,
     addr: CUdeviceptr,
     len: usize,
     call: &str,
     what: &str,
+    at_run: bool,
 ) -> SimResult {
-    let inside = usize::try_from(addr).ok().is_some_and(|a| {
-        allocs.range(..=a).next_back().is_some_and(|(base, al)| {
+    let found = usize::try_from(addr).ok().and_then(|a| {
+        allocs.range(..=a).next_back().filter(|(base, al)| {
             al.kind == Kind::Device
                 && a.checked_add(len)
-                    .is_some_and(|end| end <= base + al.layout.size())
+                    .is_some_and(|end| end <= *base + al.layout.size())
         })
     });
-    if inside {
+    if let Some((_, al)) = found {
+        if at_run && al.life == Life::Pending {
+            return Err(misuse(
+                CUDA_ERROR_ILLEGAL_ADDRESS,
+                format!("{call}: {what} range {addr:#x}..{addr:#x}+{len} is in an allocation whose cuMemAllocAsync its stream has not reached"),
+            ));
+        }
         return Ok(());
     }
     Err(misuse(
@@ -90,13 +235,13 @@ pub(crate) struct Copy1D {
 }
 
 impl Copy1D {
-    fn check(&self, allocs: &BTreeMap<usize, Alloc>, call: &str) -> SimResult {
+    fn check(&self, allocs: &BTreeMap<usize, Alloc>, call: &str, at_run: bool) -> SimResult {
         if self.len == 0 {
             return Ok(());
         }
         for (place, what) in [(self.dst, "destination"), (self.src, "source")] {
             match place {
-                Place::Device(d) => check_device(allocs, d, self.len, call, what)?,
+                Place::Device(d) => check_device(allocs, d, self.len, call, what, at_run)?,
                 Place::Host(0) => {
                     return fail!(CUDA_ERROR_INVALID_VALUE, "{call}: host {what} is null");
                 }
@@ -108,7 +253,15 @@ impl Copy1D {
 
     /// Checks the copy now, before it is queued or recorded.
     pub(crate) fn validate(&self, call: &str) -> SimResult {
-        self.check(&lock(&ALLOCS), call)
+        self.check(&lock(&ALLOCS).live, call, false)
+    }
+
+    /// The device addresses it names (for [`Uses::take`]).
+    pub(crate) fn device_addrs(&self) -> impl Iterator<Item = CUdeviceptr> {
+        [self.dst, self.src].into_iter().filter_map(|p| match p {
+            Place::Device(d) => Some(d),
+            Place::Host(_) => None,
+        })
     }
 
     /// Checks and performs the copy.
@@ -118,7 +271,7 @@ impl Copy1D {
     /// of the destination) for the duration of the call.
     pub(crate) unsafe fn run(&self, call: &str) -> SimResult {
         let allocs = lock(&ALLOCS);
-        self.check(&allocs, call)?;
+        self.check(&allocs.live, call, true)?;
         if self.len > 0 {
             // SAFETY: device sides lie inside live allocations, which cannot
             // be freed while `allocs` is held; host sides are valid for `len`
@@ -154,7 +307,7 @@ impl Fill {
         }
     }
 
-    fn check(&self, allocs: &BTreeMap<usize, Alloc>, call: &str) -> SimResult {
+    fn check(&self, allocs: &BTreeMap<usize, Alloc>, call: &str, at_run: bool) -> SimResult {
         let Fill {
             dst,
             elem,
@@ -190,18 +343,18 @@ impl Fill {
         if span == 0 {
             return Ok(());
         }
-        check_device(allocs, dst, span, call, "destination")
+        check_device(allocs, dst, span, call, "destination", at_run)
     }
 
     /// Checks the memset now, before it is queued or recorded.
     pub(crate) fn validate(&self, call: &str) -> SimResult {
-        self.check(&lock(&ALLOCS), call)
+        self.check(&lock(&ALLOCS).live, call, false)
     }
 
     /// Checks and performs the memset.
     pub(crate) fn run(&self, call: &str) -> SimResult {
         let allocs = lock(&ALLOCS);
-        self.check(&allocs, call)?;
+        self.check(&allocs.live, call, true)?;
         let v = self.value;
         let pattern: &[u8] = match self.elem {
             1 => &[v as u8],
@@ -224,7 +377,7 @@ impl Fill {
     }
 }
 
-fn allocate(kind: Kind, bytesize: usize, call: &str) -> SimResult<usize> {
+fn allocate(kind: Kind, bytesize: usize, call: &str, life: Life) -> SimResult<usize> {
     require_context(call)?;
     let layout = Layout::from_size_align(bytesize, ALIGN)
         .ok()
@@ -243,13 +396,38 @@ fn allocate(kind: Kind, bytesize: usize, call: &str) -> SimResult<usize> {
     // SAFETY: `p` is a fresh allocation of `bytesize` bytes.
     unsafe { p.write_bytes(FRESH, bytesize) };
     let addr = p.expose_provenance();
-    lock(&ALLOCS).insert(addr, Alloc { layout, kind });
+    let mut t = lock(&ALLOCS);
+    let stale: Vec<usize> = t
+        .freed
+        .range(..addr + bytesize)
+        .filter(|(b, size)| *b + *size > addr)
+        .map(|(b, _)| *b)
+        .collect();
+    for b in stale {
+        t.freed.remove(&b);
+    }
+    let id = t.next_id;
+    t.next_id += 1;
+    t.live.insert(
+        addr,
+        Alloc {
+            layout,
+            kind,
+            life,
+            id,
+            uses: 0,
+        },
+    );
     Ok(addr)
 }
 
 fn free(kind: Kind, addr: usize, call: &str) -> SimResult {
-    let mut allocs = lock(&ALLOCS);
+    let mut t = lock(&ALLOCS);
+    let allocs = &mut t.live;
     let why = match allocs.get(&addr) {
+        Some(a) if a.kind == kind && a.life == Life::Pending => {
+            Some("a cuMemAllocAsync allocation its stream has not reached yet")
+        }
         Some(a) if a.kind == kind => None,
         Some(_) => Some("an allocation of the other kind (cuMemFree_v2 is for cuMemAlloc_v2, cuMemFreeHost for cuMemAllocHost_v2)"),
         None => Some("not a live allocation (freed twice, or never allocated)"),
@@ -269,6 +447,111 @@ fn free(kind: Kind, addr: usize, call: &str) -> SimResult {
     Ok(())
 }
 
+/// Allocates `bytesize` bytes of device memory in stream order: the
+/// address is returned now, the memory is usable once `hStream` reaches
+/// the allocation.
+///
+/// # Safety
+/// `dptr` must be null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    hStream: CUstream,
+) -> CUresult {
+    const CALL: &str = "cuMemAllocAsync";
+    api(CALL, || {
+        let out = Out::new(dptr, CALL, "dptr")?;
+        let s = stream(hStream, CALL)?;
+        let addr = allocate(Kind::Device, bytesize, CALL, Life::Pending)?;
+        let id = lock(&ALLOCS).live.get(&addr).map_or(0, |a| a.id);
+        let reached = move || {
+            if let Some(a) = lock(&ALLOCS).live.get_mut(&addr).filter(|a| a.id == id) {
+                if a.life == Life::Pending {
+                    a.life = Life::Ready;
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = s.enqueue(Box::new(reached)) {
+            let _ = free_now(addr, id);
+            return Err(e);
+        }
+        // SAFETY: writable by this fn's contract.
+        unsafe { out.write(addr as CUdeviceptr) };
+        Ok(())
+    })
+}
+
+/// Removes and frees allocation `addr` (if it is still allocation `id`).
+fn free_now(addr: usize, id: u64) -> Option<usize> {
+    let mut t = lock(&ALLOCS);
+    if t.live.get(&addr).is_none_or(|a| a.id != id) {
+        return None;
+    }
+    let a = t.live.remove(&addr)?;
+    // SAFETY: allocated by `allocate` with this layout and just removed
+    // from the table, so it is freed exactly once.
+    unsafe { dealloc(ptr::with_exposed_provenance_mut(addr), a.layout) };
+    Some(a.layout.size())
+}
+
+/// Frees device memory in stream order: uses ordered before the free on
+/// `hStream` are fine, anything after it is misuse, and so is a free that
+/// its stream reaches while other stream work naming the memory is still
+/// queued or running (the memory is then leaked instead of freed).
+#[no_mangle]
+pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstream) -> CUresult {
+    const CALL: &str = "cuMemFreeAsync";
+    api(CALL, || {
+        let s = stream(hStream, CALL)?;
+        let addr = dptr as usize;
+        let id = {
+            let mut t = lock(&ALLOCS);
+            let why = match t.live.get_mut(&addr) {
+                Some(a) if a.kind == Kind::Device && a.life != Life::Freeing => {
+                    a.life = Life::Freeing;
+                    Ok(a.id)
+                }
+                Some(a) if a.kind == Kind::Device => {
+                    Err("freed twice (a cuMemFreeAsync is queued)")
+                }
+                Some(_) => Err("host memory (cuMemAllocHost_v2)"),
+                None => Err("not a live allocation (freed twice, or never allocated)"),
+            };
+            why.map_err(|why| {
+                misuse(
+                    CUDA_ERROR_INVALID_VALUE,
+                    format!("{CALL}: {addr:#x} is {why}"),
+                )
+            })?
+        };
+        s.enqueue(Box::new(move || {
+            let busy = lock(&ALLOCS)
+                .live
+                .get(&addr)
+                .filter(|a| a.id == id)
+                .map(|a| a.uses)
+                .unwrap_or(0);
+            if busy > 0 {
+                // Leaked, never freed under its users: forget it.
+                let mut t = lock(&ALLOCS);
+                if let Some(a) = t.live.remove(&addr) {
+                    t.freed.insert(addr, a.layout.size());
+                }
+                return Err(misuse(
+                    CUDA_ERROR_ILLEGAL_STATE,
+                    format!("{CALL}: {addr:#x} reached while {busy} stream operation(s) naming it are queued or running"),
+                ));
+            }
+            if let Some(size) = free_now(addr, id) {
+                lock(&ALLOCS).freed.insert(addr, size);
+            }
+            Ok(())
+        }))
+    })
+}
+
 /// Allocates `bytesize` bytes of device memory filled with 0xCD.
 ///
 /// # Safety
@@ -277,7 +560,7 @@ fn free(kind: Kind, addr: usize, call: &str) -> SimResult {
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     api("cuMemAlloc_v2", || {
         let out = Out::new(dptr, "cuMemAlloc_v2", "dptr")?;
-        let addr = allocate(Kind::Device, bytesize, "cuMemAlloc_v2")?;
+        let addr = allocate(Kind::Device, bytesize, "cuMemAlloc_v2", Life::Ready)?;
         // SAFETY: writable by this fn's contract.
         unsafe { out.write(addr as CUdeviceptr) };
         Ok(())
@@ -300,7 +583,7 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
 pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> CUresult {
     api("cuMemAllocHost_v2", || {
         let out = Out::new(pp, "cuMemAllocHost_v2", "pp")?;
-        let addr = allocate(Kind::Host, bytesize, "cuMemAllocHost_v2")?;
+        let addr = allocate(Kind::Host, bytesize, "cuMemAllocHost_v2", Life::Ready)?;
         // SAFETY: writable by this fn's contract.
         unsafe { out.write(ptr::with_exposed_provenance_mut(addr)) };
         Ok(())
@@ -326,7 +609,12 @@ fn memset_async(call: &'static str, fill: Fill, hStream: CUstream) -> CUresult {
     api(call, || {
         let s = stream(hStream, call)?;
         fill.validate(call)?;
-        s.enqueue(Box::new(move || fill.run(call)))
+        let uses = Uses::take([fill.dst]);
+        s.enqueue(Box::new(move || {
+            let r = fill.run(call);
+            drop(uses);
+            r
+        }))
     })
 }
 
@@ -412,8 +700,13 @@ unsafe fn memcpy_async(call: &'static str, copy: Copy1D, hStream: CUstream) -> C
     api(call, || {
         let s = stream(hStream, call)?;
         copy.validate(call)?;
-        // SAFETY: host sides stay valid until the copy has run (this fn's contract).
-        s.enqueue(Box::new(move || unsafe { copy.run(call) }))
+        let uses = Uses::take(copy.device_addrs());
+        s.enqueue(Box::new(move || {
+            // SAFETY: host sides stay valid until the copy has run (this fn's contract).
+            let r = unsafe { copy.run(call) };
+            drop(uses);
+            r
+        }))
     })
 }
 
@@ -474,9 +767,15 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(
     api(CALL, || {
         let s = stream(hStream, CALL)?;
         copy.validate(CALL)?;
-        // SAFETY: both sides are device memory, so there is no host side to
-        // keep valid; they are checked against live allocations when it runs.
-        s.enqueue(Box::new(move || unsafe { copy.run(CALL) }))
+        let uses = Uses::take(copy.device_addrs());
+        s.enqueue(Box::new(move || {
+            // SAFETY: both sides are device memory, so there is no host side
+            // to keep valid; they are checked against live allocations when
+            // it runs.
+            let r = unsafe { copy.run(CALL) };
+            drop(uses);
+            r
+        }))
     })
 }
 
@@ -484,6 +783,6 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(
 #[no_mangle]
 pub extern "C" fn fenceline_sim_live_allocations() -> u64 {
     guarded("fenceline_sim_live_allocations", 0, || {
-        lock(&ALLOCS).len() as u64
+        lock(&ALLOCS).live.len() as u64
     })
 }

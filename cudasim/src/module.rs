@@ -67,6 +67,8 @@ pub(crate) struct KernelCall {
     grid: [u32; 3],
     block: [u32; 3],
     params: Vec<Box<[u128]>>,
+    /// The values of its 8-byte parameters: maybe device addresses.
+    addrs: Vec<u64>,
 }
 
 impl KernelCall {
@@ -99,6 +101,7 @@ impl KernelCall {
                 grid,
                 block,
                 params: Vec::new(),
+                addrs: Vec::new(),
             });
         };
         let n = kernel.param_sizes.len();
@@ -109,6 +112,7 @@ impl KernelCall {
             );
         }
         let mut params = Vec::with_capacity(n);
+        let mut addrs = Vec::new();
         for (i, &size) in kernel.param_sizes.iter().enumerate() {
             let mut copy = vec![0u128; size.div_ceil(16)].into_boxed_slice();
             // SAFETY: `kernel_params` holds `n` pointers, each readable for
@@ -118,6 +122,9 @@ impl KernelCall {
                 let src = kernel_params.add(i).read().cast::<u8>();
                 std::ptr::copy_nonoverlapping(src, copy.as_mut_ptr().cast::<u8>(), size);
             }
+            if size == 8 {
+                addrs.push(copy[0] as u64);
+            }
             params.push(copy);
         }
         Ok(KernelCall {
@@ -125,11 +132,21 @@ impl KernelCall {
             grid,
             block,
             params,
+            addrs,
         })
     }
 
-    /// Runs the host implementation, if any.
-    pub(crate) fn run(&self) -> SimResult {
+    /// The values of its 8-byte parameters, taken as device addresses.
+    pub(crate) fn addrs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.addrs.iter().copied()
+    }
+
+    /// Runs the host implementation, if any; not if a parameter points
+    /// into stream-ordered memory that is not (or no longer) allocated.
+    pub(crate) fn run(&self, call: &str) -> SimResult {
+        for &a in &self.addrs {
+            crate::memory::check_kernel_param(a, call)?;
+        }
         if let Some(f) = self.f {
             let ptrs: Vec<*const c_void> = self.params.iter().map(|p| p.as_ptr().cast()).collect();
             f(self.grid.as_ptr(), self.block.as_ptr(), ptrs.as_ptr());
@@ -262,7 +279,12 @@ pub unsafe extern "C" fn cuLaunchKernel(
         );
         // SAFETY: forwarded from this fn's contract.
         let launch = unsafe { KernelCall::capture(f, grid, block, kernelParams, CALL) }?;
-        s.enqueue(Box::new(move || launch.run()))
+        let uses = crate::memory::Uses::take(launch.addrs());
+        s.enqueue(Box::new(move || {
+            let r = launch.run(CALL);
+            drop(uses);
+            r
+        }))
     })
 }
 

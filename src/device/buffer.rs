@@ -88,6 +88,21 @@ impl Buffer {
         })
     }
 
+    /// A CUDA buffer from `Queue::alloca` on queue `queue`: no memory
+    /// until its alloca's action is issued.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn new_cuda_transient(
+        ctx: &Arc<super::cuda::driver::Context>,
+        len: usize,
+        queue: usize,
+    ) -> Buffer {
+        Buffer {
+            mem: Mem::Cuda(Arc::new(super::cuda::driver::DeviceMem::transient(
+                ctx, len, queue,
+            ))),
+        }
+    }
+
     /// Length in bytes.
     ///
     /// # Examples
@@ -122,7 +137,9 @@ impl Buffer {
     /// - [`OutOfRange`](ErrorKind::OutOfRange) if
     ///   `offset..offset + out.len()` does not fit in the buffer.
     /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) for a CPU
-    ///   buffer that a running action writes (nothing is copied).
+    ///   buffer that a running action writes (nothing is copied), or a
+    ///   buffer from [`Queue::alloca`](super::Queue::alloca) before its
+    ///   alloca ran (on a CUDA device: completed) or after its dealloca ran.
     /// - [`Internal`](ErrorKind::Internal) for a CUDA buffer, if the driver
     ///   fails to make the context current or to copy.
     ///
@@ -160,7 +177,9 @@ impl Buffer {
     /// - [`OutOfRange`](ErrorKind::OutOfRange) if
     ///   `offset..offset + data.len()` does not fit in the buffer.
     /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) for a CPU
-    ///   buffer that a running action reads or writes.
+    ///   buffer that a running action reads or writes, or a buffer from
+    ///   [`Queue::alloca`](super::Queue::alloca) before its alloca ran (on a
+    ///   CUDA device: completed) or after its dealloca ran.
     /// - [`Internal`](ErrorKind::Internal) for a CUDA buffer, if the driver
     ///   fails to make the context current or to copy.
     ///
@@ -211,16 +230,34 @@ impl Buffer {
         }
     }
 
-    /// The device address of a CUDA buffer.
+    /// The device address of a CUDA buffer (`FailedPrecondition` for one
+    /// from `Queue::alloca` before its alloca ran or after its dealloca
+    /// ran).
     #[cfg(feature = "cuda")]
     pub(crate) fn device_ptr(&self) -> Result<u64, Error> {
         match &self.mem {
-            Mem::Cuda(m) => Ok(m.ptr),
+            Mem::Cuda(m) => m.ptr(),
             Mem::Host(_) => Err(Error::new(
                 ErrorKind::InvalidArgument,
                 "a CPU-device buffer used in CUDA work",
             )),
         }
+    }
+
+    /// A CUDA buffer's memory (`None` for a CPU-device buffer).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn cuda(&self) -> Option<&super::cuda::driver::DeviceMem> {
+        match &self.mem {
+            Mem::Cuda(m) => Some(m),
+            Mem::Host(_) => None,
+        }
+    }
+
+    /// The queue of a CUDA buffer from `Queue::alloca` (`None` for any
+    /// other buffer).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn cuda_transient_queue(&self) -> Option<usize> {
+        self.cuda()?.transient.as_ref().map(|t| t.queue)
     }
 
     /// Whether this is device memory of context `ctx`.

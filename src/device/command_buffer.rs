@@ -88,6 +88,12 @@ impl CommandBuffer {
             Target::Cuda(shared) => buffer.on_context(&shared.ctx),
         };
         if ok {
+            // A buffer from `Queue::alloca` has an address only between
+            // its alloca and its dealloca.
+            #[cfg(feature = "cuda")]
+            if buffer.cuda_transient_queue().is_some() {
+                buffer.device_ptr()?;
+            }
             Ok(())
         } else {
             Err(Error::new(
@@ -475,9 +481,16 @@ impl CommandBuffer {
     /// `shared_mem` bytes of dynamic shared memory and `args` as its
     /// parameters (feature `cuda`).
     ///
-    /// Errors: `FailedPrecondition` on a CPU device's command buffer;
-    /// `InvalidArgument` for a zero dimension or a kernel or buffer of
-    /// another device.
+    /// A [`KernelArg::Slot`](super::KernelArg::Slot) argument is resolved
+    /// per submission from the binding table of
+    /// [`Queue::execute_with`](super::Queue::execute_with) (a command
+    /// buffer with one cannot be submitted with `execute`).
+    ///
+    /// Errors: `FailedPrecondition` on a CPU device's command buffer, or
+    /// for a buffer from `Queue::alloca` before its alloca ran or after its
+    /// dealloca ran; `InvalidArgument` for a zero dimension, a kernel or
+    /// buffer of another device, a slot of `MAX_SLOTS` or more, or more
+    /// than 64 parameters in a launch with a slot argument.
     #[cfg(feature = "cuda")]
     pub fn launch(
         &mut self,

@@ -45,6 +45,37 @@ fn check_recordings(device: &DeviceInner, recordings: &[&RecordingRef]) -> Resul
 }
 
 impl Queue {
+    /// Checks a CUDA buffer from `Queue::alloca` that a submission to this
+    /// queue uses: it must be this queue's (its stream orders every use)
+    /// and its dealloca must not have run; a buffer a recording names
+    /// (`recorded`) has had its alloca run. Checked again at issue.
+    #[cfg(feature = "cuda")]
+    fn check_transient_use(&self, buffer: &Buffer, recorded: bool) -> Result<(), Error> {
+        match buffer.cuda_transient_queue() {
+            Some(q) if q != self.index => Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "a buffer from queue {q}'s alloca used on queue {}: on a CUDA device such a \
+                     buffer is used only on the queue that allocated it",
+                    self.index
+                ),
+            )),
+            Some(_) if recorded => buffer.device_ptr().map(drop),
+            Some(_) => match buffer.cuda().and_then(|m| m.transient.as_ref()) {
+                Some(t) if t.life.life() == crate::device::hold::Life::Gone => Err(Error::new(
+                    ErrorKind::FailedPrecondition,
+                    format!(
+                        "a binding table holds a buffer from Queue::alloca ({} bytes) \
+                             whose dealloca ran",
+                        buffer.len()
+                    ),
+                )),
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+
     fn submit(
         &self,
         waits: &[(&Semaphore, u64)],
@@ -73,9 +104,15 @@ impl Queue {
     ///
     /// - [`InvalidArgument`](ErrorKind::InvalidArgument) if a wait or signal
     ///   value is `u64::MAX` (reserved for failure).
+    /// - [`InvalidArgument`](ErrorKind::InvalidArgument) on a CUDA device,
+    ///   if a command buffer names a buffer from another queue's
+    ///   [`alloca`](Self::alloca).
     /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) if a command
     ///   buffer was not [ended](CommandBuffer::end) or was recorded for
-    ///   another device.
+    ///   another device, or names a buffer whose [`dealloca`](Self::dealloca)
+    ///   ran (if it runs between this call and the execute's issue, the
+    ///   execute fails instead of running: its signals fail with
+    ///   `FailedPrecondition`).
     /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if the queue's
     ///   action pool cannot grow (out of memory, or at its size limit).
     ///
@@ -120,6 +157,17 @@ impl Queue {
     /// warm. The action holds the table's buffers as it holds the ones its
     /// command buffers name.
     ///
+    /// On a CUDA device the slots are kernel arguments
+    /// ([`KernelArg::Slot`](super::KernelArg::Slot)), resolved when the
+    /// action is issued: a one-shot command buffer launches with them, a
+    /// reusable one first sets its graph's kernel nodes' parameters
+    /// (`cuGraphExecKernelNodeSetParams`). A buffer from
+    /// [`alloca`](Self::alloca) may be in the table before its alloca ran,
+    /// as long as the alloca is issued before this execute (order it with
+    /// a semaphore): the execute fails with `FailedPrecondition` otherwise,
+    /// or if the buffer's dealloca was issued first, and nothing of it is
+    /// enqueued.
+    ///
     /// # Errors
     ///
     /// Nothing is submitted and no semaphore is touched when this returns
@@ -130,9 +178,11 @@ impl Queue {
     ///   a command buffer binds; a buffer shorter than its slot's chunks,
     ///   or of another device; one buffer in two slots where either is
     ///   written, or in a slot and bound directly by a command buffer of the
-    ///   submission where either writes it.
+    ///   submission where either writes it; on a CUDA device, a buffer from
+    ///   another queue's `alloca`, or a buffer shorter than a slot
+    ///   argument's offset.
     /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition): as for
-    ///   `execute`; a non-empty table on a CUDA device (not supported yet).
+    ///   `execute`; a buffer from `alloca` whose dealloca ran.
     /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted): as for
     ///   `execute`, or the table pool cannot grow.
     ///
@@ -177,16 +227,15 @@ impl Queue {
         if table.is_empty() {
             return self.execute_table(waits, signals, command_buffers, None);
         }
-        if !matches!(&*self.device, DeviceInner::Cpu { .. }) {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                "binding tables are not supported on a CUDA device yet",
-            ));
-        }
         let recs = command_buffers
             .iter()
             .filter_map(|cb| cb.recording_for_submit().ok().map(|r| &**r));
         let t = table::SlotTable::new(table, recs)?;
+        // A table's buffer from an alloca needs no address yet: its alloca
+        // may be issued between now and this execute's issue (which checks
+        // it has been).
+        #[cfg(feature = "cuda")]
+        t.each_used(|b| self.check_transient_use(b, false))?;
         self.execute_table(waits, signals, command_buffers, Some(t))
     }
 
@@ -202,6 +251,8 @@ impl Queue {
         for (i, cb) in command_buffers.iter().enumerate() {
             let r = cb.recording_for_submit()?;
             check_recordings(&self.device, &[r])?;
+            #[cfg(feature = "cuda")]
+            r.each_cuda_transient(|b| self.check_transient_use(b, true))?;
             if table.is_none() && r.has_slots() {
                 return Err(Error::new(
                     ErrorKind::InvalidArgument,
@@ -242,14 +293,24 @@ impl Queue {
     /// The bytes are zeroed at this call (so any `Pod` view of them is
     /// defined), which costs a `memset` of `len` bytes.
     ///
+    /// On a CUDA device the action enqueues `cuMemAllocAsync` and a zeroing
+    /// memset on this queue's stream when it is issued (its waits met), and
+    /// "ran" means that: from then on the buffer can be recorded into
+    /// command buffers (its device address exists only from then) and used
+    /// by work issued to this queue after it, which the stream runs after
+    /// the allocation. Host [`read`](Buffer::read) and
+    /// [`write`](Buffer::write) need the stream to have reached it: they
+    /// work once the action completed (its signals are reached). The
+    /// buffer is used only on this queue: submitting work that names it
+    /// to another queue is `InvalidArgument`. Each alloca is one driver
+    /// allocation (and one small host allocation for the handle).
+    ///
     /// # Errors
     ///
     /// Nothing is submitted when this returns an error:
     ///
     /// - [`InvalidArgument`](ErrorKind::InvalidArgument): `len` is 0, or a
     ///   wait or signal value is `u64::MAX`.
-    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) on a CUDA
-    ///   device (not supported yet).
     /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted): the pool
     ///   cannot grow, or the queue's action pool cannot.
     ///
@@ -281,23 +342,19 @@ impl Queue {
         signals: &[(&Semaphore, u64)],
         len: usize,
     ) -> Result<Buffer, Error> {
-        let (transient, id) = match &*self.device {
-            DeviceInner::Cpu { transient, id, .. } => (transient, id),
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(_) => {
-                return Err(Error::new(
-                    ErrorKind::FailedPrecondition,
-                    "Queue::alloca is not supported on a CUDA device yet",
-                ))
-            }
-        };
         if len == 0 {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 "alloca of 0 bytes: must be at least 1",
             ));
         }
-        let buffer = Buffer::transient(host_mem::TransientPool::alloca(transient, len, *id)?);
+        let buffer = match &*self.device {
+            DeviceInner::Cpu { transient, id, .. } => {
+                Buffer::transient(host_mem::TransientPool::alloca(transient, len, *id)?)
+            }
+            #[cfg(feature = "cuda")]
+            DeviceInner::Cuda(d) => Buffer::new_cuda_transient(&d.shared.ctx, len, self.index),
+        };
         self.submit(waits, signals, Work::Alloca(buffer.clone()))?;
         Ok(buffer)
     }
@@ -310,15 +367,21 @@ impl Queue {
     /// (its signals fail with `FailedPrecondition`) and the buffer stays
     /// usable; so does a second dealloca of one buffer.
     ///
+    /// On a CUDA device the action enqueues `cuMemFreeAsync` on this
+    /// queue's stream when it is issued: work issued to this queue before
+    /// it (all the work that may use the buffer) runs before the free even
+    /// if it is still running, and anything issued after it, recorded or
+    /// copied from the host after it, fails with `FailedPrecondition`. It
+    /// fails instead (the buffer stays usable) only while a host `read` or
+    /// `write` of the buffer is copying.
+    ///
     /// # Errors
     ///
     /// Nothing is submitted when this returns an error:
     ///
     /// - [`InvalidArgument`](ErrorKind::InvalidArgument): `buffer` did not
-    ///   come from this device's `alloca`, or a wait or signal value is
-    ///   `u64::MAX`.
-    /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) on a CUDA
-    ///   device (not supported yet).
+    ///   come from this device's `alloca` (on a CUDA device: from this
+    ///   queue's), or a wait or signal value is `u64::MAX`.
     /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted): the queue's
     ///   action pool cannot grow.
     pub fn dealloca(
@@ -327,19 +390,27 @@ impl Queue {
         signals: &[(&Semaphore, u64)],
         buffer: &Buffer,
     ) -> Result<(), Error> {
-        let id = match &*self.device {
-            DeviceInner::Cpu { id, .. } => id,
+        let ours = match &*self.device {
+            DeviceInner::Cpu { id, .. } => buffer
+                .host()
+                .is_some_and(|m| m.is_transient() && m.device() == *id),
             #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(_) => {
-                return Err(Error::new(
-                    ErrorKind::FailedPrecondition,
-                    "Queue::dealloca is not supported on a CUDA device yet",
-                ))
+            DeviceInner::Cuda(d) => {
+                if let Some(q) = buffer.cuda_transient_queue() {
+                    if buffer.on_context(&d.shared.ctx) && q != self.index {
+                        return Err(Error::new(
+                            ErrorKind::InvalidArgument,
+                            format!(
+                                "dealloca on queue {} of a buffer from queue {q}'s alloca: on a \
+                                 CUDA device it goes back on the queue that allocated it",
+                                self.index
+                            ),
+                        ));
+                    }
+                }
+                buffer.cuda_transient_queue().is_some() && buffer.on_context(&d.shared.ctx)
             }
         };
-        let ours = buffer
-            .host()
-            .is_some_and(|m| m.is_transient() && m.device() == *id);
         if !ours {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,

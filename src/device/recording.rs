@@ -223,10 +223,30 @@ impl Command {
         }
     }
 
+    /// Calls `f` with each buffer the command names (a kernel launch's
+    /// buffer arguments included).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn buffers(&self, mut f: impl FnMut(&Buffer)) {
+        match self {
+            Command::Launch(launch) => launch.buffers().iter().for_each(f),
+            _ => self.accesses(|b, _| f(b)),
+        }
+    }
+
     /// Calls `f` with each binding-table slot the command binds and how
     /// (a bound dispatch's slot bindings), with the bytes its chunks span
     /// over `tiles`.
+    ///
+    /// A kernel launch's slot arguments are reported as reads needing
+    /// `offset` bytes: what a kernel does with its memory is not known,
+    /// and, as for its buffer arguments, nothing is checked about it.
     pub(crate) fn slot_accesses(&self, mut f: impl FnMut(usize, Access, usize)) {
+        #[cfg(feature = "cuda")]
+        if let Command::Launch(launch) = self {
+            for s in launch.slots() {
+                f(s.slot, Access::Read, s.offset);
+            }
+        }
         if let Command::Dispatch {
             bindings: Some(b),
             grid,
@@ -416,6 +436,10 @@ pub(crate) struct Recording {
     /// For a reusable CUDA recording: its graph (`None`: no command).
     #[cfg(feature = "cuda")]
     pub(crate) graph: Option<super::cuda::graph::CudaGraph>,
+    /// Whether a command uses a CUDA buffer from `Queue::alloca` (whose
+    /// life each submission checks).
+    #[cfg(feature = "cuda")]
+    pub(crate) cuda_transients: bool,
     /// Declared last: dropped after everything that points into it.
     bump: Bump,
 }
@@ -449,6 +473,8 @@ impl Recording {
             slots: Default::default(),
             #[cfg(feature = "cuda")]
             graph: None,
+            #[cfg(feature = "cuda")]
+            cuda_transients: false,
             bump,
         })
     }
@@ -588,6 +614,12 @@ impl Recording {
             }
         }
         let new_holds = self.new_holds(&command)?;
+        #[cfg(feature = "cuda")]
+        command.buffers(|b| {
+            if b.cuda_transient_queue().is_some() {
+                self.cuda_transients = true;
+            }
+        });
         let node = match self.alloc(Node {
             next: None,
             command,
@@ -719,6 +751,28 @@ impl Recording {
         Ok(first)
     }
 
+    /// Calls `f` with each CUDA buffer from `Queue::alloca` the commands
+    /// name (a buffer as often as it is named), until it fails.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn each_cuda_transient(
+        &self,
+        mut f: impl FnMut(&Buffer) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        if !self.cuda_transients {
+            return Ok(());
+        }
+        for command in self.stages().flat_map(|stage| stage.commands()) {
+            let mut result = Ok(());
+            command.buffers(|b| {
+                if result.is_ok() && b.cuda_transient_queue().is_some() {
+                    result = f(b);
+                }
+            });
+            result?;
+        }
+        Ok(())
+    }
+
     /// Everything recorded after waits for everything recorded before.
     pub(crate) fn barrier(&mut self) {
         self.stage_open = false;
@@ -751,6 +805,10 @@ impl Recording {
         // SAFETY: the recording's entries, dropped once (then forgotten).
         panicked.run(|| unsafe { drop_holds(holds) });
         self.slots = Default::default();
+        #[cfg(feature = "cuda")]
+        {
+            self.cuda_transients = false;
+        }
         self.first_stage = None;
         self.last_stage = None;
         self.stage_count = 0;

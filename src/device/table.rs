@@ -60,13 +60,25 @@ fn pool() -> &'static BlockPool {
     &POOL
 }
 
+/// Whether `buffer` is memory of the device `recording` was made for.
+fn same_device(buffer: &Buffer, recording: &Recording) -> bool {
+    match &recording.pool().target {
+        super::recording::Target::Cpu => {
+            let pool: *const super::recording::RecordingPool = &**recording.pool();
+            buffer.host_device() == Some(pool as usize)
+        }
+        #[cfg(feature = "cuda")]
+        super::recording::Target::Cuda(shared) => buffer.on_context(&shared.ctx),
+    }
+}
+
 fn invalid(message: String) -> Error {
     Error::new(ErrorKind::InvalidArgument, message)
 }
 
 impl SlotTable {
-    /// Checks `table` against how `recordings` (ended, of one CPU device)
-    /// use its slots and makes the submission's table.
+    /// Checks `table` against how `recordings` (ended, of one device) use
+    /// its slots and makes the submission's table.
     ///
     /// # Errors
     /// `InvalidArgument`: more than [`MAX_SLOTS`] buffers; a slot a command
@@ -102,8 +114,7 @@ impl SlotTable {
                         u.need
                     )));
                 }
-                let pool: *const super::recording::RecordingPool = &**r.pool();
-                if buffer.host_device() != Some(pool as usize) {
+                if !same_device(buffer, r) {
                     return Err(invalid(format!(
                         "slot {slot}: a buffer of another device than the command buffers"
                     )));
@@ -164,6 +175,31 @@ impl SlotTable {
     pub(crate) fn views(&self) -> *const SlotViews {
         // SAFETY: the block lives while `self` does.
         unsafe { &raw const (*self.0.as_ptr()).views }
+    }
+
+    /// The buffer in slot `slot`.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn buffer(&self, slot: usize) -> Option<&Buffer> {
+        // SAFETY: the block lives while `self` does.
+        let block = unsafe { self.0.as_ref() };
+        block.buffers.get(slot)?.as_ref()
+    }
+
+    /// Calls `f` with the buffer of each slot the submission uses, until
+    /// it fails.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn each_used(
+        &self,
+        mut f: impl FnMut(&Buffer) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        // SAFETY: the block lives while `self` does.
+        let block = unsafe { self.0.as_ref() };
+        for (buffer, access) in block.buffers.iter().zip(block.uses) {
+            if let (Some(buffer), Some(_)) = (buffer, access) {
+                f(buffer)?;
+            }
+        }
+        Ok(())
     }
 
     /// Calls `f` with each used slot's memory and access, until it returns

@@ -90,21 +90,53 @@ impl CudaBackend {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let host_call = matches!(work.payload().work, Work::HostCall(_));
-        if let Work::Execute { inline, more, .. } = &work.payload().work {
+        match &work.payload().work {
+            Work::Alloca(buffer) => {
+                let mem = buffer
+                    .cuda()
+                    .ok_or_else(|| internal("a CPU buffer's alloca"))?;
+                // SAFETY: the stream of the buffer's queue (an alloca is
+                // submitted to the queue it names), the context is current,
+                // and this is its issuer.
+                unsafe { mem.alloc_on(stream) }?;
+            }
+            Work::Dealloca(buffer) => {
+                let mem = buffer
+                    .cuda()
+                    .ok_or_else(|| internal("a CPU buffer's dealloca"))?;
+                // SAFETY: as above (`Queue::dealloca` refuses another
+                // queue's buffer).
+                unsafe { mem.free_on(stream) }?;
+            }
+            _ => {}
+        }
+        if let Work::Execute {
+            inline,
+            more,
+            table,
+            ..
+        } = &work.payload().work
+        {
             let recordings = inline
                 .iter()
                 .flatten()
                 .chain(more.iter().flat_map(|m| m.iter()));
+            let table = table.as_ref();
+            // Before anything is enqueued: every buffer from an alloca
+            // (named or in the table) is between its alloca and its
+            // dealloca on this stream (both issued by this thread, so
+            // neither can move meanwhile).
+            for recording in recordings.clone() {
+                recording.each_cuda_transient(|b| b.device_ptr().map(drop))?;
+            }
+            if let Some(t) = table {
+                t.each_used(|b| b.device_ptr().map(drop))?;
+            }
             for recording in recordings {
                 if let Some(graph) = &recording.graph {
-                    // SAFETY: a live exec (the submission holds its
-                    // recording) and stream; the context is current.
-                    check(
-                        unsafe { sys::cuGraphLaunch(graph.exec.raw, stream) },
-                        "cuGraphLaunch",
-                    )?;
+                    graph.launch_with_table(recording, table, stream)?;
                 } else if recording.is_one_shot() {
-                    super::graph::issue_direct(recording, stream)?;
+                    super::graph::issue_direct(recording, table, stream)?;
                 }
             }
         }
@@ -134,6 +166,10 @@ impl CudaBackend {
         }
         Ok(())
     }
+}
+
+fn internal(what: &'static str) -> Error {
+    Error::new(ErrorKind::Internal, what)
 }
 
 impl Backend for CudaBackend {

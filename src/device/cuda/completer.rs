@@ -300,6 +300,15 @@ fn finish(shared: &CompleterShared, stream: &Stream, mut work: Completion<CudaBa
             }
         }
     }
+    if result.is_ok() {
+        if let Work::Alloca(buffer) = &work.payload().work {
+            // The stream is past the allocation: host copies may use it
+            // from now on (before the signals, so whoever sees them can).
+            if let Some(mem) = buffer.cuda() {
+                mem.reached();
+            }
+        }
+    }
     if result.is_ok() && work.device_waits().next().is_some() {
         // Waits met on the device: this action's work ran after its
         // producers' on the GPU, but their completions may not have reached

@@ -7,12 +7,14 @@
 //! submission of it completed).
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
 use super::driver::{check, Context, GraphExec, PinnedMem};
 use crate::device::recording::{Command, Recording};
+use crate::device::table::SlotTable;
 use crate::error::{Error, ErrorKind};
 
 /// Pinned staging blocks, by power-of-two size, reused across recordings.
@@ -77,6 +79,63 @@ pub(crate) struct CudaGraph {
     pub(crate) exec: GraphExec,
     /// Staged `update` bytes the graph's copies read.
     _staging: Option<Staging>,
+    /// Set while a submission updates its slot launches' nodes and
+    /// launches it (a graph with slot arguments only): see
+    /// [`launch_with_table`](Self::launch_with_table).
+    updating: AtomicBool,
+}
+
+/// Clears [`CudaGraph::updating`] when dropped.
+struct Updating<'a>(&'a AtomicBool);
+
+impl Drop for Updating<'_> {
+    fn drop(&mut self) {
+        // Release: our update and launch happen before the next
+        // submission's update (its Acquire).
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl CudaGraph {
+    /// Launches the graph on `stream`, its slot launches' nodes first set
+    /// to `table`'s buffers. An update applies to the launches made after
+    /// it, so the update and the launch of one submission must not
+    /// interleave with another's: two queues issuing one such graph at the
+    /// same moment take turns (a flag held across a few driver calls, the
+    /// only wait on this path; a queue's own issues never meet it). A graph
+    /// without slot arguments launches directly.
+    pub(crate) fn launch_with_table(
+        &self,
+        recording: &Recording,
+        table: Option<&SlotTable>,
+        stream: sys::CUstream,
+    ) -> Result<(), Error> {
+        let _turn = if recording.has_slots() {
+            // Acquire: the previous holder's update and launch happened.
+            while self
+                .updating
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                std::hint::spin_loop();
+            }
+            let turn = Updating(&self.updating);
+            for command in recording.stages().flat_map(|stage| stage.commands()) {
+                if let Command::Launch(launch) = command {
+                    launch.update_node(self.exec.raw, table)?;
+                }
+            }
+            Some(turn)
+        } else {
+            None
+        };
+        // SAFETY: a live exec (the submission holds its recording) and
+        // stream; the context is current.
+        check(
+            unsafe { sys::cuGraphLaunch(self.exec.raw, stream) },
+            "cuGraphLaunch",
+        )
+    }
 }
 
 /// Destroys the graph template (not the exec) when building ends.
@@ -220,6 +279,7 @@ pub(crate) fn build(
             ctx: ctx.clone(),
         },
         _staging: staging,
+        updating: AtomicBool::new(false),
     }))
 }
 
@@ -381,10 +441,15 @@ impl<'a> DeviceOp<'a> {
 }
 
 /// Issues `recording`'s commands on `stream` one by one, in order (a
-/// one-shot command buffer: no graph). The stream runs them in order, so
-/// every barrier holds. `update` bytes are copied from the recording's
-/// arena, which the submission holds until the stream is past them.
-pub(crate) fn issue_direct(recording: &Recording, stream: sys::CUstream) -> Result<(), Error> {
+/// one-shot command buffer: no graph), kernel slot arguments resolved
+/// against `table`. The stream runs them in order, so every barrier
+/// holds. `update` bytes are copied from the recording's arena, which the
+/// submission holds until the stream is past them.
+pub(crate) fn issue_direct(
+    recording: &Recording,
+    table: Option<&SlotTable>,
+    stream: sys::CUstream,
+) -> Result<(), Error> {
     for command in recording.stages().flat_map(|stage| stage.commands()) {
         if command.is_empty_op() {
             continue;
@@ -428,7 +493,7 @@ pub(crate) fn issue_direct(recording: &Recording, stream: sys::CUstream) -> Resu
                 "cuMemcpyDtoDAsync",
             ),
             DeviceOp::Launch(launch) => {
-                launch.launch_on(stream)?;
+                launch.launch_on(stream, table)?;
                 continue;
             }
         };

@@ -4,13 +4,15 @@
 use std::ffi::{c_void, CString};
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::sys;
 
 use super::driver::{check, Context, Module};
 use crate::device::recording::Recording;
-use crate::device::Buffer;
+use crate::device::table::SlotTable;
+use crate::device::{Buffer, MAX_SLOTS};
 use crate::error::{Error, ErrorKind};
 
 /// A kernel entry point of a loaded PTX module. Cheap to clone; keeps its
@@ -104,6 +106,15 @@ impl Kernel {
 pub enum KernelArg<'a> {
     /// A buffer's device address (`.param .u64`), plus a byte offset.
     Buffer(&'a Buffer, usize),
+    /// The device address (`.param .u64`), plus a byte offset, of the
+    /// buffer in slot `slot` of each submission's binding table
+    /// ([`Queue::execute_with`](crate::Queue::execute_with)): resolved per
+    /// submission, so one recording runs on new buffers every time. The
+    /// table's buffer must be at least `offset` bytes long. What a kernel
+    /// reads or writes is not known, so, as for
+    /// [`Buffer`](KernelArg::Buffer) arguments, nothing checks how kernels
+    /// share the buffers: order them with barriers and semaphores.
+    Slot(u32, usize),
     /// `.param .u32`.
     U32(u32),
     /// `.param .s32`.
@@ -127,7 +138,26 @@ pub(crate) struct Launch {
     params: NonNull<[*mut c_void]>,
     /// Owned: dropped with the launch.
     buffers: NonNull<[Buffer]>,
+    /// Its slot arguments, resolved per submission.
+    slots: NonNull<[SlotArg]>,
+    /// Its node in its recording's graph (null: none), set once when the
+    /// graph is built (`end`, the recording's only user then) and read by
+    /// submissions after.
+    node: AtomicPtr<sys::CUgraphNode_st>,
 }
+
+/// A slot argument of a launch: parameter `param` is slot `slot`'s
+/// address plus `offset`.
+#[derive(Clone, Copy)]
+pub(crate) struct SlotArg {
+    param: usize,
+    pub(crate) slot: usize,
+    pub(crate) offset: usize,
+}
+
+/// Most parameters a launch with slot arguments may have: its resolved
+/// values are built on the stack at each submission.
+pub(crate) const MAX_SLOT_LAUNCH_PARAMS: usize = 64;
 
 impl Drop for Launch {
     fn drop(&mut self) {
@@ -154,9 +184,31 @@ impl Launch {
                 format!("launch grid {grid:?} block {block:?}: every dimension must be at least 1"),
             ));
         }
+        let slot_count = args
+            .iter()
+            .filter(|a| matches!(a, KernelArg::Slot(..)))
+            .count();
+        if slot_count > 0 && args.len() > MAX_SLOT_LAUNCH_PARAMS {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "a launch with slot arguments has {} parameters: at most \
+                     {MAX_SLOT_LAUNCH_PARAMS}",
+                    args.len()
+                ),
+            ));
+        }
         let values = recording.alloc_slice(args.len(), |i| {
             let mut v = [0u8; 8];
             match args[i] {
+                KernelArg::Slot(slot, _) if slot as usize >= MAX_SLOTS => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!("kernel argument slot {slot}: slots are 0..{MAX_SLOTS}"),
+                    ));
+                }
+                // Resolved per submission.
+                KernelArg::Slot(..) => {}
                 KernelArg::Buffer(b, offset) => {
                     b.range(offset, 0)?;
                     if !b.on_context(kernel.context()) {
@@ -188,6 +240,18 @@ impl Launch {
             Some(b) => Ok(b.clone()),
             None => unreachable!("counted above"),
         })?;
+        let mut slot_args = args.iter().enumerate().filter_map(|(param, a)| match a {
+            KernelArg::Slot(slot, offset) => Some(SlotArg {
+                param,
+                slot: *slot as usize,
+                offset: *offset,
+            }),
+            _ => None,
+        });
+        let slots = recording.alloc_slice(slot_count, |_| match slot_args.next() {
+            Some(s) => Ok(s),
+            None => unreachable!("counted above"),
+        })?;
         Ok(Launch {
             kernel: kernel.clone(),
             grid,
@@ -195,7 +259,116 @@ impl Launch {
             shared_mem,
             params,
             buffers,
+            slots,
+            node: AtomicPtr::new(std::ptr::null_mut()),
         })
+    }
+
+    /// Its slot arguments.
+    pub(crate) fn slots(&self) -> &[SlotArg] {
+        // SAFETY: written into the arena for this launch, alive while it is.
+        unsafe { self.slots.as_ref() }
+    }
+
+    /// Calls `f` with the parameter pointers, the slot arguments resolved
+    /// against `table` (on the stack: nothing allocated).
+    fn with_params<R>(
+        &self,
+        table: Option<&SlotTable>,
+        f: impl FnOnce(*mut *mut c_void) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let slots = self.slots();
+        if slots.is_empty() {
+            return f(self.params());
+        }
+        let table = table.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Internal,
+                "a launch with slots submitted without a table",
+            )
+        })?;
+        // SAFETY: written into the arena for this launch, alive while it is.
+        let params = unsafe { self.params.as_ref() };
+        let n = params.len();
+        debug_assert!(n <= MAX_SLOT_LAUNCH_PARAMS, "checked at record");
+        let mut values = [[0u8; 8]; MAX_SLOT_LAUNCH_PARAMS];
+        for (v, p) in values.iter_mut().zip(params) {
+            // SAFETY: each parameter pointer is to its 8 value bytes in the
+            // arena (`new`).
+            *v = unsafe { p.cast::<[u8; 8]>().read() };
+        }
+        for s in slots {
+            let buffer = table.buffer(s.slot).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "slot {} missing from the table (checked at execute_with)",
+                        s.slot
+                    ),
+                )
+            })?;
+            values[s.param] = (buffer.device_ptr()? + s.offset as u64).to_le_bytes();
+        }
+        let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX_SLOT_LAUNCH_PARAMS];
+        for (p, v) in ptrs.iter_mut().zip(values.iter_mut()).take(n) {
+            *p = v.as_mut_ptr().cast();
+        }
+        f(ptrs.as_mut_ptr())
+    }
+
+    /// The node's parameters with `params` as its parameter pointers.
+    fn node_params(&self, params: *mut *mut c_void) -> sys::CUDA_KERNEL_NODE_PARAMS_v2 {
+        sys::CUDA_KERNEL_NODE_PARAMS_v2 {
+            func: self.kernel.inner.function,
+            gridDimX: self.grid[0],
+            gridDimY: self.grid[1],
+            gridDimZ: self.grid[2],
+            blockDimX: self.block[0],
+            blockDimY: self.block[1],
+            blockDimZ: self.block[2],
+            sharedMemBytes: self.shared_mem,
+            kernelParams: params,
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        }
+    }
+
+    /// Sets its node's parameters in `exec` for the next launch, its slot
+    /// arguments resolved against `table` (a launch without slots: nothing
+    /// to do). The caller launches `exec` next, with no other update of
+    /// it in between.
+    pub(crate) fn update_node(
+        &self,
+        exec: sys::CUgraphExec,
+        table: Option<&SlotTable>,
+    ) -> Result<(), Error> {
+        if self.slots().is_empty() {
+            return Ok(());
+        }
+        let node = self.node.load(Ordering::Acquire);
+        if node.is_null() {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "a launch without its graph node",
+            ));
+        }
+        self.with_params(table, |params| {
+            let p = self.node_params(params);
+            // SAFETY: a live exec holding `node` (built from this launch's
+            // graph); one pointer per parameter, each to its 8 bytes, live
+            // for the call (the driver copies them).
+            check(
+                unsafe { sys::cuGraphExecKernelNodeSetParams_v2(exec, node, &p) },
+                "cuGraphExecKernelNodeSetParams",
+            )
+        })
+    }
+
+    /// The buffers its arguments name.
+    pub(crate) fn buffers(&self) -> &[Buffer] {
+        // SAFETY: written into the arena for this launch, alive while it is.
+        unsafe { self.buffers.as_ref() }
     }
 
     /// The parameter pointers, for the driver (which copies the values).
@@ -203,11 +376,20 @@ impl Launch {
         self.params.as_ptr().cast()
     }
 
-    /// Launches the kernel on `stream` (a one-shot submission).
-    pub(crate) fn launch_on(&self, stream: sys::CUstream) -> Result<(), Error> {
+    /// Launches the kernel on `stream` (a one-shot submission), its slot
+    /// arguments resolved against `table`.
+    pub(crate) fn launch_on(
+        &self,
+        stream: sys::CUstream,
+        table: Option<&SlotTable>,
+    ) -> Result<(), Error> {
+        self.with_params(table, |params| self.launch_with(stream, params))
+    }
+
+    fn launch_with(&self, stream: sys::CUstream, params: *mut *mut c_void) -> Result<(), Error> {
         // SAFETY: a live function and stream, the context current; one
-        // pointer per parameter, each to its bytes in the arena, live for
-        // the call (the driver copies them).
+        // pointer per parameter, each to its 8 bytes, live for the call
+        // (the driver copies them).
         check(
             unsafe {
                 sys::cuLaunchKernel(
@@ -220,7 +402,7 @@ impl Launch {
                     self.block[2],
                     self.shared_mem,
                     stream,
-                    self.params(),
+                    params,
                     std::ptr::null_mut(),
                 )
             },
@@ -228,26 +410,15 @@ impl Launch {
         )
     }
 
-    /// Adds the launch as a kernel node (the driver copies the values).
+    /// Adds the launch as a kernel node (the driver copies the values; a
+    /// slot argument is 0 until a submission sets it) and remembers the
+    /// node.
     pub(crate) fn add_node(
         &self,
         graph: sys::CUgraph,
         deps: &[sys::CUgraphNode],
     ) -> Result<sys::CUgraphNode, Error> {
-        let params = sys::CUDA_KERNEL_NODE_PARAMS_v2 {
-            func: self.kernel.inner.function,
-            gridDimX: self.grid[0],
-            gridDimY: self.grid[1],
-            gridDimZ: self.grid[2],
-            blockDimX: self.block[0],
-            blockDimY: self.block[1],
-            blockDimZ: self.block[2],
-            sharedMemBytes: self.shared_mem,
-            kernelParams: self.params(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
-        };
+        let params = self.node_params(self.params());
         let mut node = std::ptr::null_mut();
         // SAFETY: a live graph and function; one pointer per parameter,
         // each to the parameter's bytes, live for the call (the driver
@@ -258,6 +429,9 @@ impl Launch {
             },
             "cuGraphAddKernelNode",
         )?;
+        // Release: to the submissions, which read it (Acquire) after the
+        // recording ended.
+        self.node.store(node, Ordering::Release);
         Ok(node)
     }
 }
