@@ -638,7 +638,7 @@ impl Backend for Nesting {
 // the same stash, nested. The stash is borrowed one release at a time
 // (`Stash`), so the two never alias. Mutation caught (under Miri, `cargo
 // +nightly miri test --test queue_scenarios a_payload`): the finish holding
-// one `&mut` to the stash across the payload's drop, as before 2026-12-04
+// one `&mut` to the stash across the payload's drop, as the code once did
 // (Tree Borrows reports the outer borrow used after the inner one wrote).
 #[test]
 fn a_payload_whose_drop_finishes_another_action_frees_both() {

@@ -255,14 +255,14 @@ fn rmws_per_submission_path() {
     );
 }
 
-/// Today's counts (after the cuts in ARCHITECTURE.md's table; the worker
-/// side with some room for its idle cycle, which varies).
+/// The counts of ARCHITECTURE.md's table (the worker side with some room
+/// for its idle cycle, which varies).
 /// `READY` is the count of every frame; one frame in 17 adds `REFILLS`.
 /// 8 since the action's reference to the queue's state comes from the
-/// issuer's credit, taken 64 at a time (`take_refs`, 2026-12-04;
+/// issuer's credit, taken 64 at a time (`take_refs`;
 /// mutation checked: a reference taken per action, the credit's batch
 /// set to 0, gives 9 here and 12 for `PENDING`). 9 since a one-command execute is one task submitted with no graph and
-/// no scope of its own (`CpuBackend::issue_alone`, 2026-12-02): no
+/// no scope of its own (`CpuBackend::issue_alone`): no
 /// `take_all` of the recycled scopes here, no push of its scope on the
 /// worker (mutation checked: taking and pushing a recycled scope there,
 /// as before, gives 10 in every frame and a hop of 17.0). 10-11 before,
@@ -274,7 +274,7 @@ fn rmws_per_submission_path() {
 const READY: u64 = 8;
 /// What one ready execute in 17 adds: the refills of its two block caches
 /// (the queue's action blocks and the issuer's task blocks, one CAS each
-/// for 17 blocks); one in 64, the issuer's reference credit (one RMW). Since a one-command execute is one task (2026-12-02)
+/// for 17 blocks); one in 64, the issuer's reference credit (one RMW). Since a one-command execute is one task
 /// both caches take one block an execute and refill in the same frame;
 /// before, the task cache took two and refilled every eighth frame (and
 /// `READY` was 11).
@@ -309,7 +309,7 @@ const CHAIN: u64 = 256;
 /// chain on one queue) takes no queue reference of its own: the
 /// finishing action's covers it (`Signalling` in `queue/pending.rs`;
 /// mutation checked: the reference taken always gives 12.0; over two
-/// queues it is taken, see `HOP_TWO_QUEUES_TENTHS`). 12.0 since three cuts (2026-12-02, late night), each mutation checked by
+/// queues it is taken, see `HOP_TWO_QUEUES_TENTHS`). 12.0 since three cuts, each mutation checked by
 /// putting it back alone: a signal on the semaphore an action also waits
 /// on shares the wait's reference (`QueueAction::aliases`; back: 13.0),
 /// the semaphore's pass uses the value its signal wrote (back: 13.0), and

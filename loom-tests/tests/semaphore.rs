@@ -170,7 +170,7 @@ fn event_handle_clone_and_drop_across_threads_returns_once() {
 // made during the last pass is lost: a timepoint never fires); reading the
 // value in a pass with a plain load instead of a read-modify-write (a
 // signal whose CAS came first is missed); counting a registration in
-// `waiting` after it asked for a pass instead of before (a signal reads 0
+// `registered` after it asked for a pass instead of before (a signal reads 0
 // and asks for no pass); linking a newly registered timepoint whose value
 // the pass's value already reaches instead of firing it (the list is
 // scanned again only once the value moves: it would wait for a later

@@ -73,7 +73,7 @@ fn executor_dropped_while_a_signal_wakes_a_wait_task() {
 
 // Mutation caught: as the queue model, through a CPU device: the device
 // dropped (its queue shut down, its executor joined) while a signal wakes
-// a pending barrier of its queue. Also (checked 2026-12-02): `queue_wake`
+// a pending barrier of its queue. Also (checked): `queue_wake`
 // taking no reference when it handles the action directly: the barrier
 // finishes in that pass, the drop gives up the last handle, and the
 // waking thread gives the issuer's turn back on a freed state ("use after
