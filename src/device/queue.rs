@@ -158,7 +158,7 @@ impl Queue {
     /// command buffers name.
     ///
     /// On a CUDA device the slots are kernel arguments
-    /// ([`KernelArg::Slot`](super::KernelArg::Slot)), resolved when the
+    /// (`KernelArg::Slot`, with the `cuda` feature), resolved when the
     /// action is issued: a one-shot command buffer launches with them, a
     /// reusable one first sets its graph's kernel nodes' parameters
     /// (`cuGraphExecKernelNodeSetParams`). A buffer from
