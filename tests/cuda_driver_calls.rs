@@ -116,3 +116,87 @@ fn a_thread_with_another_context_current_keeps_it() {
     .unwrap();
     assert_eq!(cuda::misuse_count(), 0, "{}", cuda::last_misuse());
 }
+
+/// Holds the stream until [`OPEN`] (a kernel of the simulated driver).
+static OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn hold(_: *const u32, _: *const u32, _: *const *const std::ffi::c_void) {
+    while !OPEN.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// An issue that grows the event pool creates the event inside its own
+/// push of the device's context (a nested `enter`); the thread keeps its
+/// own context afterwards, and every later issue pushes again. Fails
+/// (later executes skip the push: 3 calls, under the thread's own context) with
+/// `enter`'s `current == self.raw` branch caching the context while a
+/// push is in force, and the push not updating or restoring the cache:
+/// the mechanism of a flaky "cuEventCreate: context used after destroy".
+#[test]
+fn a_thread_with_another_context_current_keeps_it_while_the_event_pool_grows() {
+    std::env::set_var("FENCELINE_SIM_DEVICES", "2");
+    // A device whose pool starts with 64 events and may grow to 128.
+    let Some(device) = cuda::device_with(CudaConfig {
+        events: 128,
+        ..CudaConfig::default()
+    }) else {
+        return;
+    };
+    if cuda::thread_driver_calls().is_none() {
+        return;
+    }
+    assert!(cuda::register_kernel("fenceline_hold", &[], hold));
+    let held = {
+        let k = device
+            .load_kernel(
+                ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry fenceline_hold() { ret; }\n",
+                "fenceline_hold",
+            )
+            .unwrap();
+        let mut cb = device.command_buffer().unwrap();
+        cb.launch(&k, [1, 1, 1], [1, 1, 1], 0, &[]).unwrap();
+        cb.end().unwrap();
+        cb
+    };
+    let (_counter, cb) = cuda::counting_launch(&device, [1, 1, 1]);
+    OPEN.store(false, std::sync::atomic::Ordering::SeqCst);
+    std::thread::spawn(move || {
+        // SAFETY: driver calls in API order with out-pointers to locals.
+        let other = unsafe {
+            let mut dev = 0;
+            assert_eq!(sys::cuDeviceGet(&mut dev, 1), sys::CUresult::CUDA_SUCCESS);
+            let mut ctx = std::ptr::null_mut();
+            assert_eq!(
+                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+                sys::CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(sys::cuCtxSetCurrent(ctx), sys::CUresult::CUDA_SUCCESS);
+            ctx
+        };
+        let queue = device.queue(0).unwrap();
+        let done = Semaphore::new(0);
+        queue.execute(&[], &[(&done, 1)], &[&held]).unwrap();
+        // The stream is held: each execute keeps its event, and the 65th
+        // onwards create theirs.
+        let created = device.events_created();
+        let mut fewest = u64::MAX;
+        for frame in 2..=80 {
+            let before = cuda::thread_driver_calls().unwrap();
+            queue.execute(&[], &[(&done, frame)], &[&cb]).unwrap();
+            fewest = fewest.min(cuda::thread_driver_calls().unwrap() - before);
+        }
+        assert!(device.events_created() > created, "the pool grew");
+        OPEN.store(true, std::sync::atomic::Ordering::SeqCst);
+        done.wait(80, T).unwrap();
+        // Ask, push, launch, record, pop: every time.
+        assert_eq!(fewest, 5);
+        let mut current = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        unsafe { sys::cuCtxGetCurrent(&mut current) };
+        assert_eq!(current, other, "the thread's own context is restored");
+    })
+    .join()
+    .unwrap();
+    assert_eq!(cuda::misuse_count(), 0, "{}", cuda::last_misuse());
+}

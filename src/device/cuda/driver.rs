@@ -202,7 +202,7 @@ impl Context {
         if CURRENT.with(Cell::get) == self.raw {
             return Ok(Entered {
                 _ctx: self,
-                pushed: false,
+                restore: None,
             });
         }
         let mut current = std::ptr::null_mut();
@@ -214,14 +214,14 @@ impl Context {
         if current.is_null() {
             return self.set_current().map(|()| Entered {
                 _ctx: self,
-                pushed: false,
+                restore: None,
             });
         }
         if current == self.raw {
             CURRENT.with(|c| c.set(self.raw));
             return Ok(Entered {
                 _ctx: self,
-                pushed: false,
+                restore: None,
             });
         }
         // SAFETY: the context is retained while `self` lives.
@@ -229,9 +229,16 @@ impl Context {
             unsafe { sys::cuCtxPushCurrent_v2(self.raw) },
             "cuCtxPushCurrent",
         )?;
+        // The cache follows the driver: an `enter` nested in this one
+        // (an event the pool creates during an issue) finds this context
+        // current without a call, and the pop puts back what the driver
+        // had, so the cache never outlives the push (a cache of this
+        // context past the pop would let the thread's next issue skip the
+        // push and run under the thread's own context).
+        CURRENT.with(|c| c.set(self.raw));
         Ok(Entered {
             _ctx: self,
-            pushed: true,
+            restore: Some(current),
         })
     }
 
@@ -273,18 +280,20 @@ impl Drop for Context {
 /// The context is current on this thread while this lives.
 pub(crate) struct Entered<'a> {
     _ctx: &'a Context,
-    /// Pushed by `enter` (another context was current): popped on drop.
-    pushed: bool,
+    /// `Some(previous)` when `enter` pushed the context over `previous`:
+    /// popped on drop, and the thread's cache set back to `previous`.
+    restore: Option<sys::CUcontext>,
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        if !self.pushed {
+        let Some(cached) = self.restore else {
             return;
-        }
+        };
         let mut popped = std::ptr::null_mut();
         // SAFETY: pops the context pushed by `enter` on this thread.
         let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+        CURRENT.with(|c| c.set(cached));
     }
 }
 
