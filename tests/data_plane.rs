@@ -99,6 +99,95 @@ fn buffer_memory_is_aligned_to_64_for_typed_views() {
     }
 }
 
+/// A plain value aligned to 128, more than a buffer's start promises.
+#[derive(Clone, Copy)]
+#[repr(C, align(128))]
+struct Wide([u8; 128]);
+// SAFETY: one `[u8; 128]` field, no padding (size 128 = alignment 128);
+// every bit pattern is valid and zeroes are a valid value.
+unsafe impl bytemuck::Zeroable for Wide {}
+// SAFETY: as above.
+unsafe impl bytemuck::Pod for Wide {}
+
+// A type aligned past `BUFFER_ALIGN` is handed out only where the address
+// itself is aligned: on a buffer whose start is 64 past a multiple of 128
+// both `read` and `chunk` refuse it, and every view handed out is aligned.
+// Mutation checked: `chunk` checking the chunk's offset instead of its
+// address (`start % align`) hands out a misaligned `&mut [Wide]`.
+#[test]
+fn a_type_aligned_past_the_buffer_is_refused_where_the_address_is_not() {
+    let d = device();
+    let mut kept = Vec::new();
+    let mut misaligned_seen = 0;
+    for _ in 0..256 {
+        let buf = d.buffer(256).unwrap();
+        // The buffer's address, from a byte view (always aligned).
+        let addr = Arc::new(AtomicUsize::new(0));
+        let mut cb = d.command_buffer().unwrap();
+        let a = addr.clone();
+        cb.dispatch_with(
+            [1, 1, 1],
+            &[Binding::write_chunks(&buf, 256)],
+            move |_: &Tile, io: &TileIo<'_>| {
+                let bytes: &mut [u8] = io.chunk(0)?;
+                a.store(bytes.as_ptr() as usize, Ordering::SeqCst);
+                Ok(())
+            },
+        )
+        .unwrap();
+        cb.end().unwrap();
+        run(&d, &cb).unwrap();
+        let base = addr.load(Ordering::SeqCst);
+        assert_eq!(base % BUFFER_ALIGN, 0);
+        // Two tiles of 128 bytes each, as `Wide`, then the whole buffer
+        // read as `Wide`: each records whether it was handed out aligned.
+        let outcomes = Arc::new(Mutex::new(Vec::new()));
+        let mut cb = d.command_buffer().unwrap();
+        let o = outcomes.clone();
+        cb.dispatch_with(
+            [2, 1, 1],
+            &[Binding::write_chunks(&buf, 128)],
+            move |_: &Tile, io: &TileIo<'_>| {
+                let got = io.chunk::<Wide>(0).map(|w| w.as_ptr() as usize % 128 == 0);
+                o.lock().unwrap().push(got.map_err(|e| e.kind()));
+                Ok(())
+            },
+        )
+        .unwrap();
+        cb.barrier().unwrap();
+        let o = outcomes.clone();
+        cb.dispatch_with(
+            [1, 1, 1],
+            &[Binding::read(&buf)],
+            move |_: &Tile, io: &TileIo<'_>| {
+                let got = io.read::<Wide>(0).map(|w| w.as_ptr() as usize % 128 == 0);
+                o.lock().unwrap().push(got.map_err(|e| e.kind()));
+                Ok(())
+            },
+        )
+        .unwrap();
+        cb.end().unwrap();
+        run(&d, &cb).unwrap();
+        let outcomes = outcomes.lock().unwrap().clone();
+        assert_eq!(outcomes.len(), 3);
+        let want = if base % 128 == 0 {
+            Ok(true)
+        } else {
+            misaligned_seen += 1;
+            Err(ErrorKind::InvalidArgument)
+        };
+        assert!(
+            outcomes.iter().all(|o| *o == want),
+            "base {base:#x}: {outcomes:?}"
+        );
+        kept.push(buf);
+        if misaligned_seen >= 2 && kept.len() >= 8 {
+            return;
+        }
+    }
+    panic!("no buffer started 64 past a multiple of 128: the test proves nothing here");
+}
+
 // y[i] = 2 x[i] + 1 over a 3-D grid: every tile reads all of x, writes
 // its chunk of y (tile i = x + X (y + Y z), x fastest), and the result
 // is exact. Fails if chunks were indexed other than by `linear_id`.
