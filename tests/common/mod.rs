@@ -73,14 +73,30 @@ static SIZES_FROM: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Starts keeping the sizes of the counted allocations (see
 /// [`sizes_since`]); returns `allocations()`.
+///
+/// With `FENCELINE_ALLOC_BACKTRACE` set, each of those allocations also
+/// prints where it was made (to find what allocated in a window).
 #[allow(dead_code)]
 pub fn keep_sizes() -> usize {
+    let trace = std::env::var_os("FENCELINE_ALLOC_BACKTRACE").is_some();
+    BACKTRACES.store(trace, Ordering::Relaxed);
     let from = allocations();
     SIZES_FROM.store(from, Ordering::Relaxed);
     from
 }
 
+/// Print a backtrace of each allocation [`keep_sizes`] keeps.
+static BACKTRACES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+std::thread_local! {
+    /// Set while this thread prints a backtrace (which allocates).
+    static PRINTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn count(size: usize) {
+    if PRINTING.with(|p| p.get()) {
+        return;
+    }
     if !HARNESS.with(|h| h.get()) {
         let n = ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         if let Some(slot) = n
@@ -88,6 +104,16 @@ fn count(size: usize) {
             .and_then(|k| SIZES.get(k))
         {
             slot.store(size, Ordering::Relaxed);
+            // Not while panicking: the panic hook holds the backtrace
+            // lock while it prints (and allocates).
+            if BACKTRACES.load(Ordering::Relaxed) && !std::thread::panicking() {
+                PRINTING.with(|p| p.set(true));
+                eprintln!(
+                    "allocation of {size} bytes:\n{}",
+                    std::backtrace::Backtrace::force_capture()
+                );
+                PRINTING.with(|p| p.set(false));
+            }
         }
     }
     MINE.with(|m| m.set(m.get() + 1));
