@@ -47,6 +47,11 @@ pub mod pool;
 #[allow(dead_code, unused_imports)] // parts only `testing` users reach
 pub(crate) mod pool;
 mod prefetch;
+/// Bytes per cache line on the targets fenceline tunes for: the alignment
+/// of task and action blocks, so each block's header starts a line of its
+/// own and no two blocks share one (`#[repr(align)]` cannot name a
+/// constant: `Task` spells it and asserts it equals this).
+pub(crate) const CACHE_LINE: usize = 64;
 pub mod queue;
 pub mod semaphore;
 mod small_box;
@@ -70,9 +75,9 @@ pub use error::{Error, ErrorKind};
 pub use trace::Trace;
 
 /// Read-modify-writes (and `SeqCst` fences) the calling thread made
-/// through fenceline's atomics so far (feature `count-rmw`, for the
+/// through fenceline's atomics so far (`--cfg fenceline_count_rmw`, for the
 /// crate's own tests: its atomics count on every call).
-#[cfg(all(not(fenceline_loom), feature = "count-rmw"))]
+#[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
 #[doc(hidden)]
 pub use sync::counted::{counts as rmw_counts, trace as rmw_trace, trace_all as rmw_trace_all};
 

@@ -4,8 +4,7 @@
 //! program sees and never fault, whatever the address. (A no-op off
 //! x86-64, under Miri and under loom.)
 
-/// Bytes per cache line on the targets the hints act on.
-pub(crate) const LINE: usize = 64;
+use crate::CACHE_LINE as LINE;
 
 /// Starts fetching the cache line holding `p` for writing.
 #[inline(always)]

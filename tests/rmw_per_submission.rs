@@ -1,6 +1,7 @@
 //! Atomic read-modify-writes per submission on the CPU device, counted by
-//! the crate's counting atomics (feature `count-rmw`: `cargo test
-//! --features count-rmw --test rmw_per_submission -- --nocapture` prints
+//! the crate's counting atomics (`--cfg fenceline_count_rmw`:
+//! `RUSTFLAGS="--cfg fenceline_count_rmw" cargo test --test
+//! rmw_per_submission -- --nocapture` prints
 //! the table ARCHITECTURE.md quotes). Each path's count on the calling
 //! thread is exact and bounded here, so a change that adds an RMW to a
 //! path fails. Worker-side counts (run, retire, complete, signal, park and
@@ -9,7 +10,7 @@
 //!
 //! Not counted: crossbeam's deque (the executor's local queues), std
 //! `Arc`s outside `crate::sync`, the parker and the allocator.
-#![cfg(feature = "count-rmw")]
+#![cfg(fenceline_count_rmw)]
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
-//! Counting atomics (feature `count-rmw`, never for production): the
-//! crate's atomics and `Arc` with every read-modify-write (a CAS counts
+//! Counting atomics (`RUSTFLAGS="--cfg fenceline_count_rmw"`, never for
+//! production: a cfg, not a feature, so no dependent can turn it on for a
+//! whole build): the crate's atomics and `Arc` with every read-modify-write (a CAS counts
 //! whether it succeeds or not), every `SeqCst` fence and every reference
 //! count change counted on the calling thread. `tests/rmw_per_submission.rs`
 //! reads the counts around one path to report (and bound) what it costs.

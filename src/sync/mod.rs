@@ -11,18 +11,18 @@
 // yet built leaves some unused.
 #![allow(unused_imports, dead_code)]
 
-#[cfg(all(not(fenceline_loom), feature = "count-rmw"))]
+#[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
 pub(crate) mod counted;
 
 #[cfg(not(fenceline_loom))]
 mod imp {
     pub(crate) use std::cell::Cell;
-    #[cfg(not(feature = "count-rmw"))]
+    #[cfg(not(fenceline_count_rmw))]
     pub(crate) use std::sync::Arc;
     pub(crate) use std::sync::{Mutex, MutexGuard};
     pub(crate) use std::thread;
 
-    #[cfg(feature = "count-rmw")]
+    #[cfg(fenceline_count_rmw)]
     pub(crate) use super::counted::Arc;
 
     /// Parks the current thread for at most `timeout` (loom has no time:
@@ -32,12 +32,12 @@ mod imp {
     }
 
     pub(crate) mod atomic {
-        #[cfg(feature = "count-rmw")]
+        #[cfg(fenceline_count_rmw)]
         pub(crate) use super::super::counted::{
             fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
         };
         pub(crate) use std::sync::atomic::Ordering;
-        #[cfg(not(feature = "count-rmw"))]
+        #[cfg(not(fenceline_count_rmw))]
         pub(crate) use std::sync::atomic::{
             fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
         };
@@ -125,6 +125,42 @@ mod imp {
 
 #[allow(unused_imports)]
 pub(crate) use imp::*;
+
+/// Thread-locals: loom's under the model checker (its threads share one
+/// OS thread, so each needs its own copy), std's with a `const`
+/// initializer otherwise. Same syntax as `std::thread_local!`, without
+/// the `const { }` (this adds it).
+macro_rules! fenceline_thread_local {
+    ($($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr;)*) => {
+        #[cfg(not(fenceline_loom))]
+        std::thread_local! {
+            $($(#[$attr])* $vis static $name: $t = const { $init };)*
+        }
+        #[cfg(fenceline_loom)]
+        loom::thread_local! {
+            $($(#[$attr])* $vis static $name: $t = $init;)*
+        }
+    };
+}
+pub(crate) use fenceline_thread_local as thread_local;
+
+/// A number no other call in the process returns (from 1): identities
+/// only (a graph id's per-thread prefix). The count orders nothing, so
+/// it is relaxed.
+pub(crate) fn unique_number() -> u64 {
+    #[cfg(not(fenceline_loom))]
+    {
+        static NEXT: atomic::AtomicU64 = atomic::AtomicU64::new(1);
+        NEXT.fetch_add(1, atomic::Ordering::Relaxed)
+    }
+    #[cfg(fenceline_loom)]
+    {
+        loom::lazy_static! {
+            static ref NEXT: atomic::AtomicU64 = atomic::AtomicU64::new(1);
+        }
+        NEXT.fetch_add(1, atomic::Ordering::Relaxed)
+    }
+}
 
 /// A registry of the live addresses of states freed by hand (a queue's
 /// shared state, the executor's), for the model checker only.

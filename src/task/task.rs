@@ -119,9 +119,11 @@ unsafe impl Send for Task {}
 
 #[cfg(not(fenceline_loom))]
 static_assertions::const_assert_eq!(TASK_BLOCK, 256);
-// The header is at most 64 bytes: the payload starts right after it.
+// The header is one cache line: the payload starts right after it.
 #[cfg(not(fenceline_loom))]
-static_assertions::const_assert_eq!(mem::offset_of!(Task, payload), 64);
+static_assertions::const_assert_eq!(mem::offset_of!(Task, payload), crate::CACHE_LINE);
+// `#[repr(align(64))]` above is the cache line.
+static_assertions::const_assert_eq!(mem::align_of::<Task>(), crate::CACHE_LINE);
 
 impl Task {
     /// The payload as a `T`, borrowed for as long as the task is.

@@ -2,23 +2,15 @@
 //! running an issue pass (thread-locals read by wake-ups and by
 //! `in_issue_pass`).
 
-#[cfg(not(fenceline_loom))]
-std::thread_local! {
-    pub(super) static PASS_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+crate::sync::thread_local! {
+    pub(super) static PASS_DEPTH: std::cell::Cell<u32> = std::cell::Cell::new(0);
     /// The queue state whose issue pass this thread runs now (innermost).
-    pub(super) static ISSUING: std::cell::Cell<*const ()> = const { std::cell::Cell::new(std::ptr::null()) };
+    pub(super) static ISSUING: std::cell::Cell<*const ()> = std::cell::Cell::new(std::ptr::null());
     /// The action this thread's `submit` is handling first in its own
     /// pass (innermost), until a finish here clears it.
-    pub(super) static DIRECT: std::cell::Cell<*const ()> = const { std::cell::Cell::new(std::ptr::null()) };
+    pub(super) static DIRECT: std::cell::Cell<*const ()> = std::cell::Cell::new(std::ptr::null());
     /// The queue state a `finish` on this thread keeps alive while it
     /// signals (innermost; see `Signalling`).
-    pub(super) static HELD: std::cell::Cell<*const ()> = const { std::cell::Cell::new(std::ptr::null()) };
-}
-#[cfg(fenceline_loom)]
-loom::thread_local! {
-    pub(super) static PASS_DEPTH: std::cell::Cell<u32> = std::cell::Cell::new(0);
-    pub(super) static ISSUING: std::cell::Cell<*const ()> = std::cell::Cell::new(std::ptr::null());
-    pub(super) static DIRECT: std::cell::Cell<*const ()> = std::cell::Cell::new(std::ptr::null());
     pub(super) static HELD: std::cell::Cell<*const ()> = std::cell::Cell::new(std::ptr::null());
 }
 

@@ -96,7 +96,7 @@ pub(crate) fn new_task<K: Kind, C: BlockSource + ?Sized>(
     let counted = unsafe { scope.as_ref() }.counted;
     let block = cache.acquire()?;
     let task = block.as_ptr().cast::<Task>();
-    // SAFETY: the block is ours, `TASK_BLOCK` bytes aligned to 64.
+    // SAFETY: the block is ours, `TASK_BLOCK` bytes aligned to a cache line.
     // Field by field: writing a whole `Task` value would copy its 192
     // uninitialized payload bytes too.
     unsafe {

@@ -41,19 +41,11 @@ pub(crate) struct Local {
     pub(super) cache: std::cell::UnsafeCell<BlockCache<TaskPool>>,
 }
 
-// The model checker's threads need its own thread-locals (they share one
-// OS thread); its macro takes no `const` initializer.
-#[cfg(not(fenceline_loom))]
-std::thread_local! {
+crate::sync::thread_local! {
     /// The running worker's `Local` on a worker thread (null elsewhere).
-    pub(super) static LOCAL: std::cell::Cell<*const Local> = const { std::cell::Cell::new(std::ptr::null()) };
+    pub(super) static LOCAL: std::cell::Cell<*const Local> = std::cell::Cell::new(std::ptr::null());
     /// Set while a completion runs on this thread that lets the graphs it
     /// submits hop onto this worker's deque ([`Hop`]).
-    static HOP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-#[cfg(fenceline_loom)]
-loom::thread_local! {
-    pub(super) static LOCAL: std::cell::Cell<*const Local> = std::cell::Cell::new(std::ptr::null());
     static HOP: std::cell::Cell<bool> = std::cell::Cell::new(false);
 }
 

@@ -140,7 +140,7 @@ impl ExecutorState {
         Ok(ExecutorState {
             pool: BlockPool::with_config(crate::pool::BlockPoolConfig {
                 block_size: crate::task::task::TASK_BLOCK,
-                align: 64,
+                align: crate::CACHE_LINE,
                 first_chunk_blocks: 256,
                 max_blocks: None,
             })?,
