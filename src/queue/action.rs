@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::list::{DoubleLink, DoubleLinks, Link, SingleLink, SingleLinks};
 use crate::pool::{BlockSource, RawBlock};
 use crate::semaphore::{AnyEvent, Semaphore, Timepoint};
-use crate::sync::atomic::AtomicU32;
+use crate::sync::atomic::{AtomicU32, Ordering};
 use crate::unwind::FirstPanic;
 
 /// Waits and signals stored in the action itself (waits first, then
@@ -25,21 +25,64 @@ pub(crate) type Entry = (Semaphore, u64);
 const ALIASED: usize = INLINE;
 static_assertions::const_assert!(ALIASED <= u16::BITS as usize);
 
-/// `QueueAction::lent`: the action holds a reference to each of its
-/// semaphores and to its queue (every action not lent).
-pub(crate) const OWNED: u32 = 0;
-/// Made by a submitter holding the issuer's turn, from the caller's
-/// references, without taking any (bitwise copies of the caller's
-/// semaphore handles): valid while the submitter is inside `submit`. An
-/// action that finishes there is freed with nothing to give back; one that
-/// escapes (issued to a backend that completes it later, or waiting) is
-/// `KEPT` before `submit` returns.
-pub(crate) const LENT: u32 = 1;
-/// Lent, then given its own references by its submitter.
-pub(crate) const KEPT: u32 = 2;
-/// Lent, and finished on another thread before its submitter kept it: the
-/// submitter frees it.
-pub(crate) const DONE: u32 = 3;
+/// `QueueAction::lent`: whether an action holds references of its own,
+/// and so who frees it. `Owned` never changes; a lent action goes `Lent`
+/// to `Kept` (its submitter) or to `Done` (its finisher), whichever swaps
+/// first, and the other side sees the state the first one left.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lending {
+    /// The action holds a reference to each of its semaphores and to its
+    /// queue (every action not lent).
+    Owned = 0,
+    /// Made by a submitter holding the issuer's turn, from the caller's
+    /// references, without taking any (bitwise copies of the caller's
+    /// semaphore handles): valid while the submitter is inside `submit`.
+    /// An action that finishes there is freed with nothing to give back;
+    /// one that escapes (issued to a backend that completes it later, or
+    /// waiting) is `Kept` before `submit` returns.
+    Lent = 1,
+    /// Lent, then given its own references by its submitter.
+    Kept = 2,
+    /// Lent, and finished on another thread before its submitter kept it:
+    /// the submitter frees it.
+    Done = 3,
+}
+
+/// A [`Lending`] in an atomic word.
+#[repr(transparent)]
+pub(crate) struct LendingCell(AtomicU32);
+
+impl LendingCell {
+    pub(crate) fn new(state: Lending) -> LendingCell {
+        LendingCell(AtomicU32::new(state as u32))
+    }
+
+    #[inline]
+    pub(crate) fn load(&self, order: Ordering) -> Lending {
+        Lending::from_word(self.0.load(order))
+    }
+
+    #[inline]
+    pub(crate) fn swap(&self, state: Lending, order: Ordering) -> Lending {
+        Lending::from_word(self.0.swap(state as u32, order))
+    }
+}
+
+impl Lending {
+    /// The state a word holds: only `LendingCell` writes it, from a
+    /// `Lending`.
+    #[inline]
+    fn from_word(word: u32) -> Lending {
+        debug_assert!(word <= Lending::Done as u32);
+        match word {
+            0 => Lending::Owned,
+            1 => Lending::Lent,
+            2 => Lending::Kept,
+            _ => Lending::Done,
+        }
+    }
+}
 
 /// Entries past the inline ones, in a chain of pool blocks.
 #[repr(C)]
@@ -77,8 +120,8 @@ pub(crate) struct QueueAction<P> {
     /// wait `k` then signal `k + 1`). The earlier entry's reference keeps
     /// the semaphore alive for both; both go in `destroy`.
     aliases: u16,
-    /// `OWNED`, or the state of a lent action (`LENT`, `KEPT`, `DONE`).
-    pub(crate) lent: AtomicU32,
+    /// `Owned`, or the state of a lent action (`Lent`, `Kept`, `Done`).
+    pub(crate) lent: LendingCell,
     overflow: Option<NonNull<Overflow>>,
     pub(crate) payload: MaybeUninit<P>,
     entries: [MaybeUninit<Entry>; INLINE],
@@ -134,7 +177,7 @@ unsafe impl<P: Send> Send for QueueAction<P> {}
 impl<P> QueueAction<P> {
     /// Builds an action in a fresh block from `pool` (the queue's pool, or
     /// its issuer's cache of it). `lent`: its entries borrow the caller's
-    /// semaphore handles (`LENT`) instead of cloning them.
+    /// semaphore handles (`Lent`) instead of cloning them.
     ///
     /// # Safety
     /// If `lent`, the caller's semaphores outlive the action, or the
@@ -169,7 +212,11 @@ impl<P> QueueAction<P> {
             addr_of_mut!((*a).armed).write(false);
             addr_of_mut!((*a).device_wait_count).write(0);
             addr_of_mut!((*a).aliases).write(0);
-            addr_of_mut!((*a).lent).write(AtomicU32::new(if lent { LENT } else { OWNED }));
+            addr_of_mut!((*a).lent).write(LendingCell::new(if lent {
+                Lending::Lent
+            } else {
+                Lending::Owned
+            }));
             addr_of_mut!((*a).device_waits).write(Default::default());
             addr_of_mut!((*a).overflow).write(None);
             addr_of_mut!((*a).payload).write(MaybeUninit::new(payload));
@@ -266,10 +313,10 @@ impl<P> QueueAction<P> {
 
     /// Gives a lent action references of its own: a clone of each entry's
     /// semaphore handle (the entries stay the same bitwise copies, now
-    /// counted). The caller then publishes `KEPT`.
+    /// counted). The caller then publishes `Kept`.
     ///
     /// # Safety
-    /// The action is `LENT` and its submitter, the caller, is still inside
+    /// The action is `Lent` and its submitter, the caller, is still inside
     /// `submit` (the caller's handles keep the semaphores alive).
     pub(crate) unsafe fn keep_entries(action: NonNull<QueueAction<P>>) {
         // No reference to the whole action: its backend may be writing its
@@ -303,7 +350,7 @@ impl<P> QueueAction<P> {
         // Actions are at least line-aligned (the queue's pool aligns its
         // blocks to 64 bytes or more), so the lines are known offsets and
         // the loops below unroll into one hint per line.
-        debug_assert_eq!(action.as_ptr() as usize % crate::prefetch::LINE, 0);
+        debug_assert_eq!(action.as_ptr() as usize % crate::CACHE_LINE, 0);
         let a = action.as_ptr().cast::<u8>().cast_const();
         crate::prefetch::write_lines_at(a, 0, Self::PREFETCH_HOT_END);
         crate::prefetch::write_lines_at(a, Self::PREFETCH_WAIT.0, Self::PREFETCH_WAIT.1);
@@ -319,13 +366,13 @@ impl<P> QueueAction<P> {
         std::mem::offset_of!(QueueAction<P>, timepoint) + std::mem::size_of::<Timepoint>(),
     );
 
-    /// The lent state (`OWNED`, `LENT`, `KEPT`, `DONE`), borrowed alone:
+    /// The lent state, borrowed alone:
     /// no reference to the rest of the action, which its backend may be
     /// using on another thread.
     ///
     /// # Safety
     /// The action is alive while the reference is.
-    pub(crate) unsafe fn lent_state<'a>(action: NonNull<QueueAction<P>>) -> &'a AtomicU32 {
+    pub(crate) unsafe fn lent_state<'a>(action: NonNull<QueueAction<P>>) -> &'a LendingCell {
         // SAFETY: a field of a live action, per contract.
         unsafe { &*addr_of!((*action.as_ptr()).lent) }
     }
@@ -423,7 +470,7 @@ struct Built<'p, P, C: BlockSource> {
     action: NonNull<QueueAction<P>>,
     pool: &'p mut C,
     written: usize,
-    /// Entries are bitwise copies of the caller's handles (`LENT`).
+    /// Entries are bitwise copies of the caller's handles (`Lent`).
     lent: bool,
 }
 
@@ -537,7 +584,7 @@ mod tests {
 
     fn pool() -> BlockPool {
         let size = std::mem::size_of::<QueueAction<()>>().max(512);
-        BlockPool::new(size.next_power_of_two(), 64).unwrap()
+        BlockPool::new(size.next_power_of_two(), crate::CACHE_LINE).unwrap()
     }
 
     /// A signal on a semaphore the action also waits on shares the wait's

@@ -11,8 +11,8 @@
 //!   handles its action at once (`take_turn`), its block from the issuer's
 //!   stash; while the queue's actions finish inside their own `submit`,
 //!   the action borrows the caller's semaphore handles and holds no queue
-//!   reference (`LENT`), and one that escapes gets its references before
-//!   `submit` returns (`QueueState::settle`, `KEPT`/`DONE`).
+//!   reference (`Lent`), and one that escapes gets its references before
+//!   `submit` returns (`QueueState::settle`, `Kept`/`Done`).
 //! - **Issue is a drain protocol**, not a lock (`PendingQueue::issue`): the
 //!   caller that raises the request counter from 0 becomes the issuer and
 //!   runs passes until it can swing the counter back to 0 from the value

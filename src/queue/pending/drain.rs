@@ -149,13 +149,13 @@ impl<B: Backend> QueueState<B> {
 
     /// After a direct submission's first handling: learns whether it
     /// finished inside (the next one is made lent) or escaped; a lent one
-    /// that escaped gets references of its own now (`KEPT`), before its
+    /// that escaped gets references of its own now (`Kept`), before its
     /// submitter returns and its caller's handles may go, unless a finish
-    /// on another thread got there first (`DONE`): then it is freed here.
+    /// on another thread got there first (`Done`): then it is freed here.
     ///
     /// # Safety
     /// The caller is the issuer, inside the `submit` that made `action`
-    /// (`lent`: made `LENT`); `escaped`: it did not finish on this thread.
+    /// (`lent`: made `Lent`); `escaped`: it did not finish on this thread.
     #[inline(always)]
     pub(super) unsafe fn settle(
         &self,
@@ -189,18 +189,18 @@ impl<B: Backend> QueueState<B> {
         // kept first, so it is alive until below. (Its state alone: the
         // backend may be using the rest of it on another thread.)
         let state = unsafe { QueueAction::lent_state(action) };
-        if state.load(Ordering::Acquire) == DONE {
+        if state.load(Ordering::Acquire) == Lending::Done {
             // Finished elsewhere (its signals made, counted) with our
             // handles: nothing was taken, nothing to give back.
             // SAFETY: ours now; the issuer's stash, this thread's alone.
             unsafe { QueueAction::destroy(action, &mut Stash::new(&self.issuer_blocks), false) };
             return;
         }
-        // SAFETY: `LENT`, and we are inside its `submit`.
+        // SAFETY: `Lent`, and we are inside its `submit`.
         unsafe { QueueAction::keep_entries(action) };
         self.take_refs(issuer, 1);
-        // Release: a finisher that reads `KEPT` sees the references.
-        if state.swap(KEPT, Ordering::AcqRel) == DONE {
+        // Release: a finisher that reads `Kept` sees the references.
+        if state.swap(Lending::Kept, Ordering::AcqRel) == Lending::Done {
             // Finished meanwhile: free it with the references just taken.
             // SAFETY: as above; the caller's handle keeps the state alive
             // past the release.

@@ -96,14 +96,14 @@ impl<B: Backend> QueueState<B> {
         );
         // A lent action holds no references: finished inline it has none to
         // give back; finished elsewhere, its submitter either kept it
-        // (`KEPT`: freed here as owned) or will free it (`LENT`: left).
+        // (`Kept`: freed here as owned) or will free it (`Lent`: left).
         let owned = match a.lent.load(Ordering::Acquire) {
-            OWNED => true,
-            LENT if inline => false,
+            Lending::Owned => true,
+            Lending::Lent if inline => false,
             _ => {
-                // Acquire: a `KEPT` action's references; release: our
+                // Acquire: a `Kept` action's references; release: our
                 // signals, before a submitter that frees it.
-                if a.lent.swap(DONE, Ordering::AcqRel) == LENT {
+                if a.lent.swap(Lending::Done, Ordering::AcqRel) == Lending::Lent {
                     panicked.resume();
                     return;
                 }

@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
-use super::action::{QueueAction, SubmitLink, WaitingLink, DEVICE_WAITS, DONE, KEPT, LENT, OWNED};
+use super::action::{Lending, QueueAction, SubmitLink, WaitingLink, DEVICE_WAITS};
 use super::backend::{Backend, Completion, IssueTurn};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, TransferStack};
@@ -171,7 +171,7 @@ struct IssuerState<P> {
     /// Actions waiting on a semaphore (each armed on a timepoint): looked
     /// at again only when that timepoint fires, or at shutdown.
     waiting: DList<WaitingLink<P>>,
-    /// Whether the next direct submission is made lent (`LENT`): the last
+    /// Whether the next direct submission is made lent (`Lent`): the last
     /// one finished inside its `submit` (a backend that completes in
     /// `issue`). One that escaped turns it off, so a backend that always
     /// completes later pays nothing for the guess after its first action.
