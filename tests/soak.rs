@@ -1483,9 +1483,57 @@ fn settle_frames(ctx: &str, frames: &[Frame]) {
     }
 }
 
+// ---------------------------------------------------------------------------
+// A round, phase by phase
+// ---------------------------------------------------------------------------
+
+/// One round: its plan drawn from `seed`, run phase by phase, then checked.
+/// The phases draw from one generator in this order (each thread from a
+/// fork of it), so a seed replays the round's plan and every thread's draws
+/// (not how the threads interleave).
 fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
     let mut rng = Rng::new(seed);
-    let plan = Plan::new(&mut rng, size, round_no);
+    let Setup {
+        device,
+        queues,
+        world,
+        shared,
+        frame_cbs,
+    } = set_up(&mut rng, size, round_no);
+    phase("submitting");
+    let (probes, frames) = submit_all(
+        &mut rng, size, &world, &device, &queues, &shared, &frame_cbs,
+    );
+    match world.plan.kind {
+        RoundKind::Normal => settle_then_drop(ctx, &world, &frames, device, queues),
+        _ => drop_then_settle(ctx, &mut rng, size, &world, &shared, device, queues),
+    }
+    phase("settling the frames");
+    settle_frames(ctx, &frames);
+    phase("waiting for every capture dropped and every worker exited");
+    wait_for_captures_and_workers(ctx, &world, shared, frame_cbs);
+    phase("checking");
+    let stats = check(ctx, &world, &probes, &frames);
+    *PLAN.lock().unwrap_or_else(|p| p.into_inner()) = String::new();
+    stats
+}
+
+/// What `set_up` builds for the later phases.
+struct Setup {
+    device: Device,
+    queues: Vec<Queue>,
+    world: World,
+    /// The command buffer every submitting thread shares.
+    shared: CommandBuffer,
+    frame_cbs: FrameCbs,
+}
+
+/// Draws the round's plan and builds what it runs on: the device and its
+/// queues, every action's semaphores and buffers, the shared command buffer
+/// and the frames' recordings. Nothing is submitted yet, and the plan is
+/// recorded for a hang's message.
+fn set_up(rng: &mut Rng, size: &Size, round_no: usize) -> Setup {
+    let plan = Plan::new(rng, size, round_no);
     let device = Device::cpu_with(CpuConfig {
         workers: plan.workers,
         queues: plan.queues,
@@ -1519,57 +1567,81 @@ fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
     let world = World {
         gates: (0..plan.gates.len()).map(|_| Semaphore::new(0)).collect(),
         actions,
-        live: live.clone(),
+        live,
         shared_tiles: Arc::new(AtomicU64::new(0)),
         shared_tile_sum: Arc::new(AtomicU64::new(0)),
         shared_buf: device.buffer(16).expect("a buffer"),
         plan,
     };
-    // One command buffer every thread submits, concurrently.
-    let mut shared = device.command_buffer().expect("a command buffer");
-    {
-        let (count, sum, [x, y, _]) = (
-            world.shared_tiles.clone(),
-            world.shared_tile_sum.clone(),
-            world.plan.shared_grid,
-        );
-        let tracked = Tracked::new(&live, false);
-        shared
-            .dispatch(world.plan.shared_grid, move |t: &Tile| {
-                let _keep = &tracked;
-                let [i, j, k] = t.workgroup_id.map(u64::from);
-                count.fetch_add(1, Ordering::SeqCst);
-                sum.fetch_add(
-                    i + u64::from(x) * (j + u64::from(y) * k) + 1,
-                    Ordering::SeqCst,
-                );
-                Ok(())
-            })
-            .unwrap();
-        shared.barrier().unwrap();
-        // Every run reads the shared buffer through a binding: unordered
-        // runs on every thread read it at once (readers share its hold).
-        world.shared_buf.write(0, &[0xA5; 16]).unwrap();
-        shared
-            .dispatch_with(
-                [1, 1, 1],
-                &[Binding::read(&world.shared_buf)],
-                |_: &Tile, io: &TileIo<'_>| {
-                    if io.read::<u8>(0)? != [0xA5; 16] {
-                        return Err(Error::new(ErrorKind::Internal, "the shared buffer changed"));
-                    }
-                    Ok(())
-                },
-            )
-            .unwrap();
-        shared.end().unwrap();
-    }
-
+    let shared = shared_command_buffer(&device, &world);
     let frame_cbs = frame_cbs(&device, 1 + rng.below(2 * size.max_grid as usize) as u32);
-
     *PLAN.lock().unwrap_or_else(|p| p.into_inner()) = format!("{:?}", world.plan);
-    phase("submitting");
-    // Submitting threads and the early gates, all at once.
+    Setup {
+        device,
+        queues,
+        world,
+        shared,
+        frame_cbs,
+    }
+}
+
+/// One command buffer every thread submits, concurrently: a dispatch
+/// counting its tiles by index, then one reading the shared buffer.
+fn shared_command_buffer(device: &Device, world: &World) -> CommandBuffer {
+    let mut shared = device.command_buffer().expect("a command buffer");
+    let (count, sum, [x, y, _]) = (
+        world.shared_tiles.clone(),
+        world.shared_tile_sum.clone(),
+        world.plan.shared_grid,
+    );
+    let tracked = Tracked::new(&world.live, false);
+    shared
+        .dispatch(world.plan.shared_grid, move |t: &Tile| {
+            let _keep = &tracked;
+            let [i, j, k] = t.workgroup_id.map(u64::from);
+            count.fetch_add(1, Ordering::SeqCst);
+            sum.fetch_add(
+                i + u64::from(x) * (j + u64::from(y) * k) + 1,
+                Ordering::SeqCst,
+            );
+            Ok(())
+        })
+        .unwrap();
+    shared.barrier().unwrap();
+    // Every run reads the shared buffer through a binding: unordered
+    // runs on every thread read it at once (readers share its hold).
+    world.shared_buf.write(0, &[0xA5; 16]).unwrap();
+    shared
+        .dispatch_with(
+            [1, 1, 1],
+            &[Binding::read(&world.shared_buf)],
+            |_: &Tile, io: &TileIo<'_>| {
+                if io.read::<u8>(0)? != [0xA5; 16] {
+                    return Err(Error::new(ErrorKind::Internal, "the shared buffer changed"));
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    shared.end().unwrap();
+    shared
+}
+
+/// Runs the submitting threads, each submitting its top-level actions in
+/// plan order (with timed waits and frames between them), beside a thread
+/// that resolves the early gates in random order. On return every frame
+/// and every top-level action but the dropper is submitted, and every early
+/// gate resolved; work waiting on a late gate is still pending. The probes
+/// and frames are returned for the settling and the checks.
+fn submit_all(
+    rng: &mut Rng,
+    size: &Size,
+    world: &World,
+    device: &Device,
+    queues: &[Queue],
+    shared: &CommandBuffer,
+    frame_cbs: &FrameCbs,
+) -> (Vec<Probe>, Vec<Frame>) {
     let max_sleep = size.max_sleep_us;
     let mut probes: Vec<Probe> = Vec::new();
     let mut frames: Vec<Frame> = Vec::new();
@@ -1578,7 +1650,6 @@ fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
             .filter(|&g| !world.plan.gates[g].late)
             .collect();
         let mut grng = rng.fork();
-        let world = &world;
         s.spawn(move || {
             while !early.is_empty() {
                 let g = early.swap_remove(grng.below(early.len()));
@@ -1592,7 +1663,6 @@ fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
             .iter()
             .map(|ids| {
                 let mut trng = rng.fork();
-                let (device, queues, shared, frame_cbs) = (&device, &queues, &shared, &frame_cbs);
                 s.spawn(move || {
                     let (mut probes, mut frames) = (Vec::new(), Vec::new());
                     for &id in ids {
@@ -1619,104 +1689,139 @@ fn round(ctx: &str, seed: u64, round_no: usize, size: &Size) -> Stats {
             }
         }
     });
+    (probes, frames)
+}
 
-    let late: Vec<usize> = (0..world.plan.gates.len())
+/// The gates resolved only after the submission.
+fn late_gates(world: &World) -> Vec<usize> {
+    (0..world.plan.gates.len())
         .filter(|&g| world.plan.gates[g].late)
-        .collect();
-    let settle = |world: &World| {
-        for (a, st) in world.plan.actions.iter().zip(&world.actions) {
-            // A parent signals after its call returned (and submitted).
-            if !st.submitted.load(Ordering::SeqCst) {
-                continue;
-            }
-            for (k, s) in st.sems.iter().enumerate() {
-                let r = s.wait(a.value, WAIT_LIMIT);
-                if let Err(e) = r {
-                    assert_ne!(
-                        e.kind(),
-                        ErrorKind::DeadlineExceeded,
-                        "{ctx}: action {} signal {k} neither signalled nor failed after \
-                         {WAIT_LIMIT:?} (hang)\n{:?}",
-                        a.id,
-                        world.plan
-                    );
+        .collect()
+}
+
+/// A round that keeps its device until its work is done: resolves the
+/// late gates, waits until every submitted action and frame signalled or
+/// failed, then drops the idle device. On return nothing is pending and
+/// the device is gone.
+fn settle_then_drop(
+    ctx: &str,
+    world: &World,
+    frames: &[Frame],
+    device: Device,
+    queues: Vec<Queue>,
+) {
+    let late = late_gates(world);
+    phase("resolving the late gates");
+    for &g in &late {
+        resolve_gate(world, g);
+    }
+    phase("settling");
+    settle_actions(ctx, world);
+    settle_frames(ctx, frames);
+    phase("dropping the device");
+    drop(queues);
+    drop(device);
+}
+
+/// A round that drops its device with work pending: the test thread drops
+/// its handles, or (`DropInside`) submits the dropper, whose host call takes
+/// the last ones, and drops its queues. The late gates resolve after the
+/// drop or racing it. On return the test holds no handle of the device and
+/// every submitted action signalled or failed (pending ones may fail with
+/// `Cancelled`).
+fn drop_then_settle(
+    ctx: &str,
+    rng: &mut Rng,
+    size: &Size,
+    world: &World,
+    shared: &CommandBuffer,
+    device: Device,
+    queues: Vec<Queue>,
+) {
+    let max_sleep = size.max_sleep_us;
+    let late = late_gates(world);
+    // The late gates resolved after the drop, or racing it.
+    let racing = rng.percent(50);
+    let mut lrng = rng.fork();
+    std::thread::scope(|s| {
+        if racing {
+            let late = &late;
+            s.spawn(move || {
+                for &g in late {
+                    pause(&mut lrng, max_sleep);
+                    resolve_gate(world, g);
                 }
-            }
+            });
         }
-    };
-    match world.plan.kind {
-        RoundKind::Normal => {
-            phase("resolving the late gates");
-            for &g in &late {
-                resolve_gate(&world, g);
-            }
-            phase("settling");
-            settle(&world);
-            settle_frames(ctx, &frames);
-            phase("dropping the device");
+        if world.plan.kind == RoundKind::DropInside {
+            let id = world.plan.dropper.expect("a dropper");
+            let q = queues[world.plan.actions[id].queue].clone();
+            let handles = Some((device, q));
+            submit(world, None, &queues, id, shared, handles, rng);
+            pause(rng, max_sleep);
+            phase("dropping the queue handles (a host call holds the last)");
+            drop(queues);
+        } else {
+            pause(rng, max_sleep);
+            phase("dropping the device with work pending");
             drop(queues);
             drop(device);
         }
-        kind => {
-            // The late gates resolved after the drop, or racing it.
-            let racing = rng.percent(50);
-            let mut lrng = rng.fork();
-            std::thread::scope(|s| {
-                if racing {
-                    let (world, late) = (&world, &late);
-                    s.spawn(move || {
-                        for &g in late {
-                            pause(&mut lrng, max_sleep);
-                            resolve_gate(world, g);
-                        }
-                    });
-                }
-                if kind == RoundKind::DropInside {
-                    let id = world.plan.dropper.expect("a dropper");
-                    let q = queues[world.plan.actions[id].queue].clone();
-                    let handles = Some((device, q));
-                    submit(&world, None, &queues, id, &shared, handles, &mut rng);
-                    pause(&mut rng, max_sleep);
-                    phase("dropping the queue handles (a host call holds the last)");
-                    drop(queues);
-                } else {
-                    pause(&mut rng, max_sleep);
-                    phase("dropping the device with work pending");
-                    drop(queues);
-                    drop(device);
-                }
-                phase("resolving the late gates");
-            });
-            if !racing {
-                for &g in &late {
-                    resolve_gate(&world, g);
-                }
-            }
-            phase("settling");
-            settle(&world);
+        phase("resolving the late gates");
+    });
+    if !racing {
+        for &g in &late {
+            resolve_gate(world, g);
         }
     }
-    phase("settling the frames");
-    settle_frames(ctx, &frames);
-    phase("waiting for every capture dropped and every worker exited");
+    phase("settling");
+    settle_actions(ctx, world);
+}
+
+/// Waits until every submitted action's semaphores signalled or failed (a
+/// hang fails the test).
+fn settle_actions(ctx: &str, world: &World) {
+    for (a, st) in world.plan.actions.iter().zip(&world.actions) {
+        // A parent signals after its call returned (and submitted).
+        if !st.submitted.load(Ordering::SeqCst) {
+            continue;
+        }
+        for (k, s) in st.sems.iter().enumerate() {
+            let r = s.wait(a.value, WAIT_LIMIT);
+            if let Err(e) = r {
+                assert_ne!(
+                    e.kind(),
+                    ErrorKind::DeadlineExceeded,
+                    "{ctx}: action {} signal {k} neither signalled nor failed after \
+                     {WAIT_LIMIT:?} (hang)\n{:?}",
+                    a.id,
+                    world.plan
+                );
+            }
+        }
+    }
+}
+
+/// Drops the round's recordings (the shared one's dispatch holds a
+/// capture), then waits until fenceline dropped every capture and every
+/// worker thread exited (where threads can be counted): nothing of the
+/// round runs any more, so what the checks read is final.
+fn wait_for_captures_and_workers(
+    ctx: &str,
+    world: &World,
+    shared: CommandBuffer,
+    frame_cbs: FrameCbs,
+) {
     drop(shared);
     drop(frame_cbs);
-    // Every payload freed, every worker gone.
     wait_until(ctx, "every captured value dropped", || {
-        live.load(Ordering::SeqCst) == 0
+        world.live.load(Ordering::SeqCst) == 0
     });
     if worker_threads().is_some() {
         wait_until(ctx, "every worker thread exited", || {
             worker_threads() == Some(0)
         });
     }
-    phase("checking");
-    let mut stats = check(ctx, &world, &probes);
-    for f in &frames {
-        check_frame(ctx, &world, f, &mut stats);
-    }
-    *PLAN.lock().unwrap_or_else(|p| p.into_inner()) = String::new();
-    stats
 }
 
 /// What the rounds exercised (printed in long or verbose runs).
@@ -1769,7 +1874,9 @@ struct Seen {
     submitted: bool,
 }
 
-fn check(ctx: &str, world: &World, probes: &[Probe]) -> Stats {
+/// Checks the settled round against its plan: the gates, every action, the
+/// shared command buffer's runs, the timed waits, then the frames.
+fn check(ctx: &str, world: &World, probes: &[Probe], frames: &[Frame]) -> Stats {
     let plan = &world.plan;
     let mut stats = Stats::default();
     stats.rounds[plan.kind as usize] = 1;
@@ -1782,7 +1889,6 @@ fn check(ctx: &str, world: &World, probes: &[Probe]) -> Stats {
                 .is_err_and(|e| e.kind() == ErrorKind::DeadlineExceeded)
         })
         .count();
-    let cancel_ok = plan.kind != RoundKind::Normal;
     for (g, p) in plan.gates.iter().enumerate() {
         let expect = match p.fail {
             Some(k) => Err(k),
@@ -1792,156 +1898,194 @@ fn check(ctx: &str, world: &World, probes: &[Probe]) -> Stats {
     }
     let mut shared_runs = 0u64;
     for (a, st) in plan.actions.iter().zip(&world.actions) {
-        let seen = Seen {
-            states: st.sems.iter().map(state).collect(),
-            runs: st.runs.load(Ordering::SeqCst),
-            tiles: st.tiles.load(Ordering::SeqCst),
-            tile_sum: st.tile_sum.load(Ordering::SeqCst),
-            submitted: st.submitted.load(Ordering::SeqCst),
-        };
-        let here = || format!("{ctx}: action {}: {seen:?}\nplan: {a:?}\n{plan:?}", a.id);
-        stats.actions += 1;
-        stats.host_runs += seen.runs;
-        stats.tiles += seen.tiles;
-        stats.nested += usize::from(a.parent.is_some() && seen.submitted);
-        match seen.states[0] {
-            Ok(_) => stats.signalled += 1,
-            Err(ErrorKind::Cancelled) => stats.cancelled += 1,
-            Err(_) => {}
-        }
-        if let Some(e) = st.submit_error.lock().unwrap().take() {
-            panic!("{}\nits nested submission failed: {e}", here());
-        }
-        if !seen.submitted {
-            // Only a nested action whose parent never ran.
-            let parent = a.parent.expect("every top-level action is submitted");
-            assert_eq!(
-                world.actions[parent].runs.load(Ordering::SeqCst),
-                0,
-                "{}\nits parent ran but did not submit it",
-                here()
-            );
-            assert!(
-                seen.states.iter().all(|s| *s == Ok(0)),
-                "{}\nnever submitted, yet its semaphores moved",
-                here()
-            );
-            stats.never_submitted += 1;
-            continue;
-        }
-        let first = seen.states[0];
-        assert!(
-            seen.states.iter().all(|s| *s == first),
-            "{}\nits signals disagree",
+        shared_runs += check_action(ctx, world, a, st, &mut stats);
+    }
+    check_shared(ctx, world, shared_runs);
+    for p in probes {
+        check_probe(ctx, world, p);
+    }
+    for f in frames {
+        check_frame(ctx, world, f, &mut stats);
+    }
+    stats
+}
+
+/// Checks one settled action against its plan: never submitted only under
+/// a parent that never ran; with a failed wait (or cancelled), failed with
+/// a kind it may carry and ran nothing; otherwise its body ran once and it
+/// signalled (every tile ran once, its buffers hold what the plan wrote) or
+/// failed with its own fault. Returns the runs of the shared command buffer
+/// it made whole.
+fn check_action(
+    ctx: &str,
+    world: &World,
+    a: &ActionPlan,
+    st: &ActionState,
+    stats: &mut Stats,
+) -> u64 {
+    let plan = &world.plan;
+    let cancel_ok = plan.kind != RoundKind::Normal;
+    let mut shared_runs = 0u64;
+    let seen = Seen {
+        states: st.sems.iter().map(state).collect(),
+        runs: st.runs.load(Ordering::SeqCst),
+        tiles: st.tiles.load(Ordering::SeqCst),
+        tile_sum: st.tile_sum.load(Ordering::SeqCst),
+        submitted: st.submitted.load(Ordering::SeqCst),
+    };
+    let here = || format!("{ctx}: action {}: {seen:?}\nplan: {a:?}\n{plan:?}", a.id);
+    stats.actions += 1;
+    stats.host_runs += seen.runs;
+    stats.tiles += seen.tiles;
+    stats.nested += usize::from(a.parent.is_some() && seen.submitted);
+    match seen.states[0] {
+        Ok(_) => stats.signalled += 1,
+        Err(ErrorKind::Cancelled) => stats.cancelled += 1,
+        Err(_) => {}
+    }
+    if let Some(e) = st.submit_error.lock().unwrap().take() {
+        panic!("{}\nits nested submission failed: {e}", here());
+    }
+    if !seen.submitted {
+        // Only a nested action whose parent never ran.
+        let parent = a.parent.expect("every top-level action is submitted");
+        assert_eq!(
+            world.actions[parent].runs.load(Ordering::SeqCst),
+            0,
+            "{}\nits parent ran but did not submit it",
             here()
         );
-        // The kinds its failed waits may pass on.
-        let mut failed_waits: Vec<ErrorKind> = Vec::new();
-        for d in &a.deps {
-            match state(world.sem(d.src)) {
-                Ok(v) => assert!(
-                    v >= d.value,
-                    "{}\nwait {d:?} ended at {v}, below its value",
-                    here()
-                ),
-                Err(k) => failed_waits.push(k),
-            }
-        }
-        // Tile counts of the dispatches in this action's own command
-        // buffers (shared ones run under other actions too).
-        let own_dispatches: Vec<u64> = match &a.body {
-            Body::Execute { cbs, uses } => uses
-                .iter()
-                .filter_map(|u| match u {
-                    CbUse::Own(i) => Some(&cbs[*i]),
-                    CbUse::Shared => None,
-                })
-                .flat_map(|cb| cb.stages.iter().flatten())
-                .filter_map(|c| match c {
-                    Cmd::Dispatch { grid, .. } => Some(tiles(*grid)),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        let own_tiles: u64 = own_dispatches.iter().sum();
-        let own_tile_sum: u64 = own_dispatches.iter().map(|&n| tile_sum(n)).sum();
-        let ran_nothing = |why: &str| {
-            assert_eq!(seen.runs, 0, "{}\n{why}, yet its call ran", here());
-            assert_eq!(seen.tiles, 0, "{}\n{why}, yet tiles ran", here());
-            if let Some(bufs) = &st.bufs {
-                for b in bufs {
-                    let mut bytes = [0u8; BUF_LEN];
-                    b.read(0, &mut bytes).unwrap();
-                    assert_eq!(bytes, [0u8; BUF_LEN], "{}\n{why}, yet it wrote", here());
-                }
-            }
-        };
-        let host = matches!(a.body, Body::Host { .. });
-        if !failed_waits.is_empty() {
-            let kind = first.expect_err("an action with a failed wait must fail");
-            assert!(
-                failed_waits.contains(&kind) || (cancel_ok && kind == ErrorKind::Cancelled),
-                "{}\nfailed with {kind:?}; its failed waits carry {failed_waits:?}",
+        assert!(
+            seen.states.iter().all(|s| *s == Ok(0)),
+            "{}\nnever submitted, yet its semaphores moved",
+            here()
+        );
+        stats.never_submitted += 1;
+        return shared_runs;
+    }
+    let first = seen.states[0];
+    assert!(
+        seen.states.iter().all(|s| *s == first),
+        "{}\nits signals disagree",
+        here()
+    );
+    // The kinds its failed waits may pass on.
+    let mut failed_waits: Vec<ErrorKind> = Vec::new();
+    for d in &a.deps {
+        match state(world.sem(d.src)) {
+            Ok(v) => assert!(
+                v >= d.value,
+                "{}\nwait {d:?} ended at {v}, below its value",
                 here()
-            );
-            ran_nothing("a wait failed");
-            stats.failed_waits += 1;
-            continue;
-        }
-        if cancel_ok && first == Err(ErrorKind::Cancelled) {
-            ran_nothing("cancelled");
-            continue;
-        }
-        // Every wait was reached: the body ran, once, and decided.
-        match a.own_fault() {
-            None => assert_eq!(first, Ok(a.value), "{}\nshould have signalled", here()),
-            Some(k) => {
-                assert_eq!(first, Err(k), "{}\nshould have failed so", here());
-                stats.own_faults += 1;
-            }
-        }
-        if host {
-            assert_eq!(seen.runs, 1, "{}\nthe call ran {} times", here(), seen.runs);
-        }
-        if let Body::Execute { cbs, uses } = &a.body {
-            if first.is_ok() {
-                assert_eq!(seen.tiles, own_tiles, "{}\ntiles run", here());
-                assert_eq!(seen.tile_sum, own_tile_sum, "{}\ntiles run twice", here());
-                let model = apply(cbs, uses);
-                let bufs = st.bufs.as_ref().unwrap();
-                for (b, want) in bufs.iter().zip(&model) {
-                    let mut bytes = [0u8; BUF_LEN];
-                    b.read(0, &mut bytes).unwrap();
-                    assert_eq!(&bytes, want, "{}\nbuffer contents", here());
-                }
-                shared_runs += uses.iter().filter(|u| **u == CbUse::Shared).count() as u64;
-            } else {
-                assert!(
-                    (1..=own_tiles).contains(&seen.tiles),
-                    "{}\na faulting tile ran, and at most every tile once",
-                    here()
-                );
-                // The shared recordings before the faulting one ran whole.
-                let faulty = uses
-                    .iter()
-                    .position(|u| match u {
-                        CbUse::Own(i) => cbs[*i]
-                            .stages
-                            .iter()
-                            .flatten()
-                            .any(|c| matches!(c, Cmd::Dispatch { fault: Some(_), .. })),
-                        CbUse::Shared => false,
-                    })
-                    .expect("a faulting recording");
-                shared_runs += uses[..faulty]
-                    .iter()
-                    .filter(|u| **u == CbUse::Shared)
-                    .count() as u64;
-            }
+            ),
+            Err(k) => failed_waits.push(k),
         }
     }
-    let per_run = tiles(plan.shared_grid);
+    let own_dispatches = own_dispatch_tiles(&a.body);
+    let own_tiles: u64 = own_dispatches.iter().sum();
+    let own_tile_sum: u64 = own_dispatches.iter().map(|&n| tile_sum(n)).sum();
+    let ran_nothing = |why: &str| {
+        assert_eq!(seen.runs, 0, "{}\n{why}, yet its call ran", here());
+        assert_eq!(seen.tiles, 0, "{}\n{why}, yet tiles ran", here());
+        if let Some(bufs) = &st.bufs {
+            for b in bufs {
+                let mut bytes = [0u8; BUF_LEN];
+                b.read(0, &mut bytes).unwrap();
+                assert_eq!(bytes, [0u8; BUF_LEN], "{}\n{why}, yet it wrote", here());
+            }
+        }
+    };
+    let host = matches!(a.body, Body::Host { .. });
+    if !failed_waits.is_empty() {
+        let kind = first.expect_err("an action with a failed wait must fail");
+        assert!(
+            failed_waits.contains(&kind) || (cancel_ok && kind == ErrorKind::Cancelled),
+            "{}\nfailed with {kind:?}; its failed waits carry {failed_waits:?}",
+            here()
+        );
+        ran_nothing("a wait failed");
+        stats.failed_waits += 1;
+        return shared_runs;
+    }
+    if cancel_ok && first == Err(ErrorKind::Cancelled) {
+        ran_nothing("cancelled");
+        return shared_runs;
+    }
+    // Every wait was reached: the body ran, once, and decided.
+    match a.own_fault() {
+        None => assert_eq!(first, Ok(a.value), "{}\nshould have signalled", here()),
+        Some(k) => {
+            assert_eq!(first, Err(k), "{}\nshould have failed so", here());
+            stats.own_faults += 1;
+        }
+    }
+    if host {
+        assert_eq!(seen.runs, 1, "{}\nthe call ran {} times", here(), seen.runs);
+    }
+    if let Body::Execute { cbs, uses } = &a.body {
+        if first.is_ok() {
+            assert_eq!(seen.tiles, own_tiles, "{}\ntiles run", here());
+            assert_eq!(seen.tile_sum, own_tile_sum, "{}\ntiles run twice", here());
+            let model = apply(cbs, uses);
+            let bufs = st.bufs.as_ref().unwrap();
+            for (b, want) in bufs.iter().zip(&model) {
+                let mut bytes = [0u8; BUF_LEN];
+                b.read(0, &mut bytes).unwrap();
+                assert_eq!(&bytes, want, "{}\nbuffer contents", here());
+            }
+            shared_runs += uses.iter().filter(|u| **u == CbUse::Shared).count() as u64;
+        } else {
+            assert!(
+                (1..=own_tiles).contains(&seen.tiles),
+                "{}\na faulting tile ran, and at most every tile once",
+                here()
+            );
+            // The shared recordings before the faulting one ran whole.
+            let faulty = uses
+                .iter()
+                .position(|u| match u {
+                    CbUse::Own(i) => cbs[*i]
+                        .stages
+                        .iter()
+                        .flatten()
+                        .any(|c| matches!(c, Cmd::Dispatch { fault: Some(_), .. })),
+                    CbUse::Shared => false,
+                })
+                .expect("a faulting recording");
+            shared_runs += uses[..faulty]
+                .iter()
+                .filter(|u| **u == CbUse::Shared)
+                .count() as u64;
+        }
+    }
+    shared_runs
+}
+
+/// Tile counts of the dispatches in an action's own command buffers
+/// (shared ones run under other actions too).
+fn own_dispatch_tiles(body: &Body) -> Vec<u64> {
+    match body {
+        Body::Execute { cbs, uses } => uses
+            .iter()
+            .filter_map(|u| match u {
+                CbUse::Own(i) => Some(&cbs[*i]),
+                CbUse::Shared => None,
+            })
+            .flat_map(|cb| cb.stages.iter().flatten())
+            .filter_map(|c| match c {
+                Cmd::Dispatch { grid, .. } => Some(tiles(*grid)),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Checks the shared command buffer: its tiles ran exactly `shared_runs`
+/// times each (the runs the actions made whole), and every run left the
+/// buffer it read unchanged.
+fn check_shared(ctx: &str, world: &World, shared_runs: u64) {
+    let per_run = tiles(world.plan.shared_grid);
     assert_eq!(
         world.shared_tiles.load(Ordering::SeqCst),
         shared_runs * per_run,
@@ -1958,10 +2102,6 @@ fn check(ctx: &str, world: &World, probes: &[Probe]) -> Stats {
         bytes, [0xA5; 16],
         "{ctx}: the shared buffer, read by every run"
     );
-    for p in probes {
-        check_probe(ctx, world, p);
-    }
-    stats
 }
 
 /// The two buffers after a successful execute, computed in order.
