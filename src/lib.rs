@@ -39,12 +39,10 @@ mod error;
 #[cfg(feature = "testing")]
 pub mod list;
 #[cfg(not(feature = "testing"))]
-#[allow(dead_code, unused_imports)] // parts only `testing` users reach
 pub(crate) mod list;
 #[cfg(feature = "testing")]
 pub mod pool;
 #[cfg(not(feature = "testing"))]
-#[allow(dead_code, unused_imports)] // parts only `testing` users reach
 pub(crate) mod pool;
 mod prefetch;
 /// Bytes per cache line on the targets fenceline tunes for: the alignment

@@ -23,6 +23,7 @@ impl<L: DoubleLink> DList<L> {
         unsafe { self.insert_after(self.ends.tail, node) }
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Links `node` at the front.
     pub fn push_front(&mut self, node: Handle<L>) {
         // SAFETY: `None` is always a valid position.
@@ -81,6 +82,7 @@ impl<L: DoubleLink> DList<L> {
         Some(unsafe { self.remove(node) })
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Unlinks and returns the last node.
     pub fn pop_back(&mut self) -> Option<Handle<L>> {
         let node = self.ends.tail?;

@@ -115,11 +115,15 @@ macro_rules! list_type {
             }
 
             /// First node (still linked).
+            // Both list types get `front` and `back`; a singly linked
+            // list's are used only by tests.
+            #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
             pub fn front(&self) -> Option<NonNull<L::Node>> {
                 self.ends.head
             }
 
             /// Last node (still linked).
+            #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
             pub fn back(&self) -> Option<NonNull<L::Node>> {
                 self.ends.tail
             }

@@ -36,6 +36,7 @@ mod slist;
 mod transfer_stack;
 
 pub use dlist::DList;
+#[cfg(any(test, feature = "testing"))]
 pub use ends::Iter;
 pub(crate) use links::next as links_next;
 pub(crate) use links::set_next as set_links_next;

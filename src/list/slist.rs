@@ -90,6 +90,7 @@ impl<L: SingleLink> SList<L> {
         suffix.ends = Ends::EMPTY;
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Moves all of `prefix` to the front of this list, in O(1).
     pub fn prepend(&mut self, prefix: &mut SList<L>) {
         let Some(prefix_tail) = prefix.ends.tail else {
@@ -200,6 +201,7 @@ impl<L: SingleLink> SList<L> {
         std::mem::swap(&mut self.ends.head, &mut self.ends.tail);
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Hands off nodes from the tail for stealing: `min(ceil(len / 2), max)`
     /// of them, so a thief takes at most half (and a single node is always
     /// taken: its owner is likely busy with its last task). The stolen nodes

@@ -65,16 +65,19 @@ impl<P: Deref<Target = BlockPool>, const N: usize> BlockCache<P, N> {
         }
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// The pool behind the cache.
     pub fn pool(&self) -> &BlockPool {
         &self.pool
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Blocks stashed now.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Whether the stash is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0

@@ -7,4 +7,6 @@ mod block_pool;
 
 pub use block_cache::BlockCache;
 pub(crate) use block_cache::BlockSource;
-pub use block_pool::{Block, BlockPool, BlockPoolConfig, RawBlock};
+#[cfg(any(test, feature = "testing"))]
+pub use block_pool::Block;
+pub use block_pool::{BlockPool, BlockPoolConfig, RawBlock};

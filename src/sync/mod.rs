@@ -7,10 +7,6 @@
 //!
 //! [loom]: https://docs.rs/loom
 
-// The shim offers the whole set the crate's layers draw from; a layer not
-// yet built leaves some unused.
-#![allow(unused_imports, dead_code)]
-
 #[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
 pub(crate) mod counted;
 
