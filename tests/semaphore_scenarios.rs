@@ -525,7 +525,7 @@ fn signal_cost_is_linear_in_fired_timepoints() {
         "signals examined {examined} for {N} timepoints"
     );
     let mut pool = pool;
-    let capacity = pool.blocks().capacity();
+    let capacity = pool.capacity();
     assert_eq!(
         pool.blocks_mut().count_free(),
         capacity,

@@ -144,6 +144,7 @@ impl fmt::Debug for BlockPool {
 }
 
 impl BlockPool {
+    #[cfg(any(test, feature = "testing"))]
     /// A pool of `block_size`-byte blocks aligned to `align`, with no cap.
     ///
     /// Errors: `InvalidArgument` if `block_size` is 0 or `align` is not a
@@ -200,16 +201,19 @@ impl BlockPool {
         })
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Usable bytes per block.
     pub fn block_size(&self) -> usize {
         self.block_size
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Alignment of every block.
     pub fn block_align(&self) -> usize {
         self.align
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// The cap on the number of blocks.
     pub fn max_blocks(&self) -> u32 {
         self.max_blocks
@@ -328,6 +332,7 @@ impl BlockPool {
     // Public operations
     // ---------------------------------------------------------------------
 
+    #[cfg(any(test, feature = "testing"))]
     /// Takes a free block, growing the pool if none is free.
     ///
     /// Errors: `ResourceExhausted` when the pool is at its cap (or memory
@@ -377,6 +382,7 @@ impl BlockPool {
         }
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Returns a block to the pool (the same as dropping it).
     ///
     /// # Panics
@@ -495,6 +501,7 @@ impl BlockPool {
         Ok(())
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Walks the free list. Needs `&mut self`: exact only with no other user.
     fn free_indices(&mut self) -> Vec<u32> {
         let mut out = Vec::new();
@@ -514,12 +521,14 @@ impl BlockPool {
         out
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Blocks on the free list now. Takes `&mut self` because the count is
     /// only meaningful with no other user (e.g. after joining all threads).
     pub fn count_free(&mut self) -> usize {
         self.free_indices().len()
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Frees every chunk whose blocks are all free and returns how many
     /// blocks that released. Blocks still in use keep their chunk alive.
     /// Takes `&mut self`: trimming while another thread pops could free a
@@ -613,21 +622,25 @@ pub struct Block<'pool> {
 unsafe impl Send for Block<'_> {}
 
 impl<'pool> Block<'pool> {
+    #[cfg(any(test, feature = "testing"))]
     /// Start of the block's memory, aligned to the pool's alignment.
     pub fn as_ptr(&self) -> NonNull<u8> {
         self.raw.ptr
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Usable bytes in the block.
     pub fn size(&self) -> usize {
         self.pool.block_size
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// The block's index in its pool (stable for the pool's lifetime).
     pub fn index(&self) -> u32 {
         self.raw.index
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Gives up the guard; the caller must hand the result to
     /// [`BlockPool::release_raw`] of the same pool before the pool drops.
     pub fn into_raw(self) -> RawBlock {

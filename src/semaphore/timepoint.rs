@@ -238,12 +238,29 @@ impl TimepointPool {
         })
     }
 
-    /// The underlying block pool (for `preallocate`, `capacity`).
+    /// Timepoints the pool holds now (in use or free).
+    pub fn capacity(&self) -> usize {
+        self.pool.capacity()
+    }
+
+    /// Grows the pool to hold at least `count` timepoints now, so that
+    /// acquiring up to that many allocates nothing later.
+    ///
+    /// Errors: `ResourceExhausted` past the pool's cap.
+    pub fn preallocate(&self, count: usize) -> Result<(), Error> {
+        self.pool.preallocate(count)
+    }
+
+    /// The underlying block pool (feature `testing`: the pool types are
+    /// public only there).
+    #[cfg(feature = "testing")]
     pub fn blocks(&self) -> &BlockPool {
         &self.pool
     }
 
-    /// The underlying block pool, exclusively (for `count_free`, `trim`).
+    /// The underlying block pool, exclusively (feature `testing`: for
+    /// `count_free`, `trim`).
+    #[cfg(feature = "testing")]
     pub fn blocks_mut(&mut self) -> &mut BlockPool {
         &mut self.pool
     }
