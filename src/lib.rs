@@ -13,8 +13,7 @@
 //!   device queue is built on (submit, drain-protocol issue, completion),
 //!   for custom backends;
 //! - [`semaphore`]: timeline [`Semaphore`]s with host waits
-//!   ([`wait_all`], [`wait_any`], [`Timeout`]), timepoints and the device
-//!   `EventPool`;
+//!   ([`wait_all`], [`wait_any`], [`Timeout`]) and the device `EventPool`;
 //! - [`Error`] and [`ErrorKind`].
 //!
 //! Every concurrent piece is written against one synchronization shim
@@ -27,12 +26,35 @@
 //!   needed to build).
 //! - `testing`: the internal layers, for fenceline's own tests, benches,
 //!   fuzz targets and loom models, with no stability promise: `pool`
-//!   (block pool, per-owner cache, arena), `list` (intrusive lists and the
-//!   transfer stack), `queue::testing` (a test backend) and
-//!   `task::__model` (the executor's counters).
+//!   (block pool, per-owner cache), `list` (intrusive lists and the
+//!   transfer stack), `queue::testing` (a test backend),
+//!   `task::__model` (the executor's counters), and the raw plumbing under
+//!   the public types: `semaphore::timepoint` (registering, cancelling and
+//!   abandoning timepoints on a semaphore), device-signal records and
+//!   cost counters.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+
+/// An item `pub` with the `testing` feature (fenceline's own tests,
+/// benches, fuzz targets and loom models reach it) and `pub(crate)`
+/// without: the raw plumbing under the public types (timepoint
+/// registration, device-signal records, cost counters), kept off the
+/// users' surface.
+macro_rules! testing_pub {
+    ($(#[$m:meta])* unsafe fn $($rest:tt)*) => {
+        #[cfg(feature = "testing")]
+        $(#[$m])* pub unsafe fn $($rest)*
+        #[cfg(not(feature = "testing"))]
+        $(#[$m])* pub(crate) unsafe fn $($rest)*
+    };
+    ($(#[$m:meta])* fn $($rest:tt)*) => {
+        #[cfg(feature = "testing")]
+        $(#[$m])* pub fn $($rest)*
+        #[cfg(not(feature = "testing"))]
+        $(#[$m])* pub(crate) fn $($rest)*
+    };
+}
 
 pub mod device;
 mod error;

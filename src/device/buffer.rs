@@ -212,6 +212,7 @@ impl Buffer {
     /// buffer; `false` for device memory): for tests proving that holds
     /// are given back.
     #[doc(hidden)]
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_held(&self) -> bool {
         self.host().is_some_and(|m| m.hold().is_held())
     }

@@ -169,6 +169,7 @@ impl Hold {
         );
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Whether anyone holds the word (tests).
     pub fn is_held(&self) -> bool {
         self.0.load(Ordering::Acquire) & !(PENDING | GONE) != 0

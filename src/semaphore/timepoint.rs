@@ -43,6 +43,7 @@ use std::ptr::NonNull;
 
 use crate::error::Error;
 use crate::list::{DoubleLinks, SingleLinks};
+#[cfg(any(test, feature = "testing"))]
 use crate::pool::{BlockPool, BlockPoolConfig};
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::UnsafeCell;
@@ -218,6 +219,7 @@ impl Timepoint {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// Timepoints in block-pool memory: for owners (queues, devices) that
 /// need timepoints outliving a stack frame without the global allocator.
 #[derive(Debug)]
@@ -225,6 +227,7 @@ pub struct TimepointPool {
     pool: BlockPool,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl TimepointPool {
     /// An empty pool of at most `max` timepoints (`None`: no cap).
     pub fn new(max: Option<u32>) -> Result<TimepointPool, Error> {

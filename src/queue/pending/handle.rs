@@ -237,14 +237,18 @@ impl<B: Backend> PendingQueue<B> {
     /// counts once per pass that looks at it): proves a pass never rescans
     /// the backlog.
     #[doc(hidden)]
+    #[cfg(any(test, feature = "testing"))]
     pub fn actions_examined(&self) -> u64 {
         self.shared().examined.load(Ordering::Relaxed)
     }
 
-    /// Blocks of the queue's action pool (for allocation tests).
-    #[doc(hidden)]
-    pub fn pool_capacity(&self) -> usize {
-        self.shared().pool.capacity()
+    testing_pub! {
+        /// Blocks of the queue's action pool (device stats; allocation
+        /// tests).
+        #[doc(hidden)]
+        fn pool_capacity(&self) -> usize {
+            self.shared().pool.capacity()
+        }
     }
 }
 

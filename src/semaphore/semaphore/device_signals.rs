@@ -8,6 +8,9 @@ use super::*;
 pub const DEVICE_SIGNALS: usize = 8;
 
 /// Pruned device signals, dropped after the lock is released (no heap).
+// Recorded and looked up by CUDA devices (and tests) only; without them
+// the table stays empty.
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 type Stale = [Option<AnyEvent>; DEVICE_SIGNALS];
 
 /// The device signals a semaphore remembers.
@@ -15,6 +18,7 @@ pub(super) type DeviceSignals = [Option<(u64, AnyEvent)>; DEVICE_SIGNALS];
 
 /// Moves out every device signal at or below `current` (useless: the value
 /// is already reached) into `out`, to be dropped unlocked.
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 fn prune(device: &mut DeviceSignals, current: u64, out: &mut Stale) {
     for (entry, slot) in device.iter_mut().zip(out.iter_mut()) {
         if entry.as_ref().is_some_and(|(v, _)| *v <= current) {
@@ -23,56 +27,61 @@ fn prune(device: &mut DeviceSignals, current: u64, out: &mut Stale) {
     }
 }
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 impl Semaphore {
-    /// Records that a device event, once complete, brings this semaphore to
-    /// `value` (the device-wait shortcut: a later device wait on `>= value`
-    /// can wait on the event instead of the host). Keeps at most
-    /// [`DEVICE_SIGNALS`]; returns `false` (and drops `event`) when the
-    /// value is already reached, the semaphore failed, or the table is full
-    /// of values that are still useful: callers then simply wait on the
-    /// host.
-    pub fn record_device_signal(&self, value: u64, event: AnyEvent) -> bool {
-        let mut stale: Stale = Default::default();
-        let recorded = {
-            let mut device = self.inner.lock_device();
-            let current = self.inner.value.load(Ordering::Acquire);
-            if current == FAILED_VALUE || value <= current {
-                false
-            } else {
-                prune(&mut device, current, &mut stale);
-                match device.iter_mut().find(|e| e.is_none()) {
-                    Some(slot) => {
-                        *slot = Some((value, event.clone()));
-                        true
+    testing_pub! {
+        /// Records that a device event, once complete, brings this semaphore to
+        /// `value` (the device-wait shortcut: a later device wait on `>= value`
+        /// can wait on the event instead of the host). Keeps at most
+        /// [`DEVICE_SIGNALS`]; returns `false` (and drops `event`) when the
+        /// value is already reached, the semaphore failed, or the table is full
+        /// of values that are still useful: callers then simply wait on the
+        /// host.
+        fn record_device_signal(&self, value: u64, event: AnyEvent) -> bool {
+            let mut stale: Stale = Default::default();
+            let recorded = {
+                let mut device = self.inner.lock_device();
+                let current = self.inner.value.load(Ordering::Acquire);
+                if current == FAILED_VALUE || value <= current {
+                    false
+                } else {
+                    prune(&mut device, current, &mut stale);
+                    match device.iter_mut().find(|e| e.is_none()) {
+                        Some(slot) => {
+                            *slot = Some((value, event.clone()));
+                            true
+                        }
+                        None => false,
                     }
-                    None => false,
                 }
-            }
-        };
-        drop(stale); // released with no lock held
-        drop(event);
-        recorded
+            };
+            drop(stale); // released with no lock held
+            drop(event);
+            recorded
+        }
     }
 
-    /// The recorded device event with the **smallest** value `>= value`, with
-    /// a new reference to it (the caller's to drop), or `None`.
-    pub fn device_signal_reaching(&self, value: u64) -> Option<(u64, AnyEvent)> {
-        let mut stale: Stale = Default::default();
-        let found = {
-            let mut device = self.inner.lock_device();
-            let current = self.inner.value.load(Ordering::Acquire);
-            if current != FAILED_VALUE {
-                prune(&mut device, current, &mut stale);
-            }
-            device
-                .iter()
-                .flatten()
-                .filter(|(v, _)| *v >= value)
-                .min_by_key(|(v, _)| *v)
-                .map(|(v, e)| (*v, e.clone()))
-        };
-        drop(stale);
-        found
+    testing_pub! {
+        /// The recorded device event with the **smallest** value `>= value`, with
+        /// a new reference to it (the caller's to drop), or `None`.
+        fn device_signal_reaching(&self, value: u64) -> Option<(u64, AnyEvent)> {
+            let mut stale: Stale = Default::default();
+            let found = {
+                let mut device = self.inner.lock_device();
+                let current = self.inner.value.load(Ordering::Acquire);
+                if current != FAILED_VALUE {
+                    prune(&mut device, current, &mut stale);
+                }
+                device
+                    .iter()
+                    .flatten()
+                    .filter(|(v, _)| *v >= value)
+                    .min_by_key(|(v, _)| *v)
+                    .map(|(v, e)| (*v, e.clone()))
+            };
+            drop(stale);
+            found
+        }
     }
 }
 
