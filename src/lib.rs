@@ -56,12 +56,15 @@ macro_rules! testing_pub {
     };
 }
 
-pub mod device;
-mod error;
+// First, with its `link!` macro: in scope for every module after it.
 #[cfg(feature = "testing")]
+#[macro_use]
 pub mod list;
 #[cfg(not(feature = "testing"))]
+#[macro_use]
 pub(crate) mod list;
+pub mod device;
+mod error;
 #[cfg(feature = "testing")]
 pub mod pool;
 #[cfg(not(feature = "testing"))]

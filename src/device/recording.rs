@@ -444,7 +444,7 @@ pub(crate) struct Recording {
     bump: Bump,
 }
 
-crate::link!(pub(super) RecordingLink: SingleLinks<Recording> => link);
+link!(pub(super) RecordingLink: SingleLinks<Recording> => link);
 
 // SAFETY: a recording moves between threads with its references; the raw
 // pointers are into its own arena. Before `end`, only its command buffer

@@ -251,16 +251,18 @@ pub(crate) unsafe fn set_double_prev<L: DoubleLink>(
 /// let ids: Vec<u32> = list.iter().map(|n| unsafe { n.as_ref() }.id).collect();
 /// assert_eq!(ids, [1, 2]);
 /// ```
-// Exported so the `testing` feature's users can name links; hidden without
-// it, as the list module is.
-#[cfg_attr(not(feature = "testing"), doc(hidden))]
-#[macro_export]
+// Exported only with the `testing` feature (the list module is public only
+// there). The crate's own uses reach it by textual scope (`#[macro_use]` on
+// `mod links` and `mod list`, declared first): a `pub(crate) use link;`
+// would clash with the builtin `#[link]` attribute. `local_inner_macros`
+// makes the exported macro's call to itself `$crate::link!`.
+#[cfg_attr(feature = "testing", macro_export(local_inner_macros))]
 macro_rules! link {
     ($(#[$meta:meta])* $vis:vis $name:ident : SingleLinks<$node:ty> => $field:ident) => {
-        $crate::link!(@impl $(#[$meta])* $vis $name, $node, $field, SingleLink, SingleLinks);
+        link!(@impl $(#[$meta])* $vis $name, $node, $field, SingleLink, SingleLinks);
     };
     ($(#[$meta:meta])* $vis:vis $name:ident : DoubleLinks<$node:ty> => $field:ident) => {
-        $crate::link!(@impl $(#[$meta])* $vis $name, $node, $field, DoubleLink, DoubleLinks);
+        link!(@impl $(#[$meta])* $vis $name, $node, $field, DoubleLink, DoubleLinks);
     };
     (@impl $(#[$meta:meta])* $vis:vis $name:ident, $node:ty, $field:ident,
      $link:ident, $links:ident) => {

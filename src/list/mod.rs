@@ -29,9 +29,11 @@
 //! - [`TransferStack`]: many producers push with a CAS, one consumer takes
 //!   everything with a single `swap` and gets it in FIFO order.
 
+// First, with its macro: `link!` is in scope for the modules after it.
+#[macro_use]
+mod links;
 mod dlist;
 mod ends;
-mod links;
 mod slist;
 mod transfer_stack;
 

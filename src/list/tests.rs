@@ -11,8 +11,8 @@ pub(crate) struct Node {
     double: DoubleLinks<Node>,
 }
 
-crate::link!(pub(crate) Single: SingleLinks<Node> => single);
-crate::link!(pub(crate) Double: DoubleLinks<Node> => double);
+link!(pub(crate) Single: SingleLinks<Node> => single);
+link!(pub(crate) Double: DoubleLinks<Node> => double);
 
 /// Owns `n` heap nodes with values `0..n`; frees them on drop.
 pub(crate) struct Nodes(Vec<NonNull<Node>>);

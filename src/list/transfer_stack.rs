@@ -181,8 +181,8 @@ mod assertions {
         single: SingleLinks<Node>,
         double: DoubleLinks<Node>,
     }
-    crate::link!(Single: SingleLinks<Node> => single);
-    crate::link!(Double: DoubleLinks<Node> => double);
+    link!(Single: SingleLinks<Node> => single);
+    link!(Double: DoubleLinks<Node> => double);
 
     static_assertions::assert_impl_all!(TransferStack<Single>: Send, Sync);
     static_assertions::assert_impl_all!(SList<Single>: Send);

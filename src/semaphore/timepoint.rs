@@ -85,17 +85,17 @@ pub struct Timepoint {
     /// Block index when the timepoint came from a [`TimepointPool`].
     pool_index: u32,
 }
-crate::link!(
+link!(
     /// A timepoint's place in its semaphore's list (or, once fired, in the
     /// signaller's local list of callbacks to run).
     pub(crate) TimepointLink: DoubleLinks<Timepoint> => links
 );
-crate::link!(
+link!(
     /// A timepoint's place in its semaphore's inbox, from `register` until
     /// the turn's holder merges it into the list.
     pub(crate) TimepointInbox: SingleLinks<Timepoint> => inbox
 );
-crate::link!(
+link!(
     /// An abandoned timepoint's place in its semaphore's stack of
     /// removals, from `abandon` until the turn's holder unlinks it.
     pub(crate) TimepointRemoval: SingleLinks<Timepoint> => removal

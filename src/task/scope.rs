@@ -267,7 +267,7 @@ impl ScopeInner {
     }
 }
 
-crate::link!(
+link!(
     /// A scope's place in a free list of reusable scopes.
     pub(crate) ScopeLink: SingleLinks<ScopeInner> => link
 );

@@ -101,12 +101,12 @@ pub(crate) struct TaskPtr(pub(crate) NonNull<Task>);
 // pointer moves that ownership.
 unsafe impl Send for TaskPtr {}
 
-crate::link!(
+link!(
     /// A task's place in its graph's task list, then in the injector or a
     /// worker's spill (one at a time).
     pub(crate) QueueLink: SingleLinks<Task> => next
 );
-crate::link!(
+link!(
     /// A task's place among the dependents of the barrier it follows
     /// (from `Graph::fork` until the barrier retires).
     pub(crate) ForkLink: SingleLinks<Task> => fork_links

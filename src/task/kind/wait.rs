@@ -45,7 +45,7 @@ pub(crate) struct WaitState {
     /// In `shared.waits`; guarded by that lock.
     listed: crate::sync::Cell<bool>,
 }
-crate::link!(
+link!(
     /// A suspended wait's place in the executor's list of parked waits.
     pub(crate) WaitLink: DoubleLinks<WaitState> => links
 );
