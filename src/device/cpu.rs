@@ -493,13 +493,13 @@ impl Backend for CpuBackend {
     }
 
     /// One per worker of the device's executor, where completions run.
-    fn finish_slots(&self) -> usize {
+    fn finish_slots(&self, _: crate::queue::Internal) -> usize {
         self.exec.workers()
     }
 
     /// The worker's index, on a worker of this device's executor: each is
     /// one thread for the executor's life.
-    fn finish_slot(&self) -> Option<usize> {
+    fn finish_slot(&self, _: crate::queue::Internal) -> Option<usize> {
         self.exec.worker_index()
     }
 }

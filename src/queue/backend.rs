@@ -81,9 +81,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// How many threads finish this backend's actions with a count of
     /// their own (see [`finish_slot`](Backend::finish_slot)); `0`, the
     /// default: every finish outside an issue pass counts with an atomic
-    /// read-modify-write on one shared counter.
+    /// read-modify-write on one shared counter. Sealed: only fenceline's
+    /// own backends can name the token it takes, to override or call it.
     #[doc(hidden)]
-    fn finish_slots(&self) -> usize {
+    fn finish_slots(&self, _: Internal) -> usize {
         0
     }
 
@@ -91,12 +92,21 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// if it has one. Only one thread may answer a given slot at a time
     /// (the queue counts a finish there with a load and a store), and a
     /// slot passing to another thread must happen-before its next use
-    /// there. `None`, the default: the shared counter.
+    /// there. `None`, the default: the shared counter. Sealed, as above.
     #[doc(hidden)]
-    fn finish_slot(&self) -> Option<usize> {
+    fn finish_slot(&self, _: Internal) -> Option<usize> {
         None
     }
 }
+
+mod sealed {
+    /// A value only fenceline can make: a trait method that takes one can
+    /// be neither called nor overridden outside the crate (its type cannot
+    /// be named there).
+    #[derive(Clone, Copy, Debug)]
+    pub struct Internal(pub(crate) ());
+}
+pub(crate) use sealed::Internal;
 
 /// A queue's issuer turn, handed to its backend by
 /// [`Backend::hand_off_turn`]: whoever holds it is the queue's only issuer

@@ -49,6 +49,7 @@ mod pending;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub(crate) use backend::Internal;
 pub use backend::{Backend, Completion, CompletionStack, Completions, IssueTurn};
 pub(crate) use pending::in_issue_pass;
 pub use pending::{PendingQueue, QueueStats, ISSUE_PASSES_BEFORE_HAND_OFF};

@@ -46,7 +46,7 @@ impl<B: Backend> QueueState<B> {
         let (counts, alone) = if in_pass {
             (&shared.finished_in_pass, true)
         } else {
-            match shared.backend.finish_slot() {
+            match shared.backend.finish_slot(Internal(())) {
                 Some(i) if i < shared.finished_by_slot.len() => {
                     (&*shared.finished_by_slot[i], true)
                 }

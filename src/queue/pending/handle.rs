@@ -33,7 +33,7 @@ impl<B: Backend> PendingQueue<B> {
             first_chunk_blocks: if cfg!(fenceline_loom) { 4 } else { 256 },
             max_blocks: None,
         })?;
-        let slots = backend.finish_slots();
+        let slots = backend.finish_slots(Internal(()));
         let shared = Box::new(QueueState {
             backend,
             pool,

@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use super::action::{Lending, QueueAction, SubmitLink, WaitingLink, DEVICE_WAITS};
-use super::backend::{Backend, Completion, IssueTurn};
+use super::backend::{Backend, Completion, Internal, IssueTurn};
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, TransferStack};
 use crate::pool::{BlockCache, BlockPool, BlockPoolConfig, BlockSource, RawBlock};
