@@ -29,8 +29,8 @@ impl Worker {
     /// Runs the issuer turns offered in the executor's slots
     /// ([`ExecutorState::offer_turn`]); `true` if there were any. Called
     /// when the worker leaves idle (flag already set) and from
-    /// [`find`](Self::find) once out of local work (before the injector,
-    /// where a turn handed off as a task used to be found). An idle
+    /// [`find`](Self::find) once out of local work (before the injector:
+    /// a turn waits for no queued task). An idle
     /// worker's flag reads busy while it drains, so a turn offered
     /// meanwhile (the other workers busy too) is taken back by its
     /// offerer, who drains it at once, rather than queued behind this
