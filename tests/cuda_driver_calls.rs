@@ -50,6 +50,23 @@ fn calls_per_execute(device: &Device, cb: &fenceline::CommandBuffer, frames: u64
     most
 }
 
+/// Makes the second simulated device's primary context current on this
+/// thread for good (a context of the thread's own, not the device's).
+fn make_other_context_current() -> sys::CUcontext {
+    // SAFETY: driver calls in API order with out-pointers to locals.
+    unsafe {
+        let mut dev = 0;
+        assert_eq!(sys::cuDeviceGet(&mut dev, 1), sys::CUresult::CUDA_SUCCESS);
+        let mut ctx = std::ptr::null_mut();
+        assert_eq!(
+            sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(sys::cuCtxSetCurrent(ctx), sys::CUresult::CUDA_SUCCESS);
+        ctx
+    }
+}
+
 // Mutation checked: `Context::enter` never trusting the thread's current
 // context (asking, pushing and popping around every issue): 5 calls.
 #[test]
@@ -79,18 +96,7 @@ fn a_thread_with_another_context_current_keeps_it() {
         return;
     };
     std::thread::spawn(move || {
-        // SAFETY: driver calls in API order with out-pointers to locals.
-        let other = unsafe {
-            let mut dev = 0;
-            assert_eq!(sys::cuDeviceGet(&mut dev, 1), sys::CUresult::CUDA_SUCCESS);
-            let mut ctx = std::ptr::null_mut();
-            assert_eq!(
-                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
-                sys::CUresult::CUDA_SUCCESS
-            );
-            assert_eq!(sys::cuCtxSetCurrent(ctx), sys::CUresult::CUDA_SUCCESS);
-            ctx
-        };
+        let other = make_other_context_current();
         // Ask, push, launch, record, pop: every time (nothing is cached
         // for a thread whose context is not the device's).
         assert_eq!(calls_per_execute(&device, &cb, 20), 5);
@@ -162,18 +168,7 @@ fn a_thread_with_another_context_current_keeps_it_while_the_event_pool_grows() {
     let (_counter, cb) = cuda::counting_launch(&device, [1, 1, 1]);
     OPEN.store(false, std::sync::atomic::Ordering::SeqCst);
     std::thread::spawn(move || {
-        // SAFETY: driver calls in API order with out-pointers to locals.
-        let other = unsafe {
-            let mut dev = 0;
-            assert_eq!(sys::cuDeviceGet(&mut dev, 1), sys::CUresult::CUDA_SUCCESS);
-            let mut ctx = std::ptr::null_mut();
-            assert_eq!(
-                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
-                sys::CUresult::CUDA_SUCCESS
-            );
-            assert_eq!(sys::cuCtxSetCurrent(ctx), sys::CUresult::CUDA_SUCCESS);
-            ctx
-        };
+        let other = make_other_context_current();
         let queue = device.queue(0).unwrap();
         let done = Semaphore::new(0);
         queue.execute(&[], &[(&done, 1)], &[&held]).unwrap();
