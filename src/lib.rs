@@ -35,6 +35,8 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+// No public item hands out a type users cannot name.
+#![warn(unnameable_types)]
 
 /// An item `pub` with the `testing` feature (fenceline's own tests,
 /// benches, fuzz targets and loom models reach it) and `pub(crate)`

@@ -104,6 +104,7 @@ mod sealed {
     /// be neither called nor overridden outside the crate (its type cannot
     /// be named there).
     #[derive(Clone, Copy, Debug)]
+    #[allow(unnameable_types)] // unnameable on purpose: the seal
     pub struct Internal(pub(crate) ());
 }
 pub(crate) use sealed::Internal;
