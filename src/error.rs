@@ -88,6 +88,21 @@ impl Error {
         Error { kind, message }
     }
 
+    /// An error of `kind` whose message was made out of line (a cold
+    /// function returns the message, the caller wraps it here, inline).
+    /// A hot loop that builds its errors this way knows at compile time
+    /// that the result is an `Err`, so a loop-invariant check that fails
+    /// leaves the loop for good and the compiler can move it out of the
+    /// loop; an `Error` returned whole by an opaque call could, as far as
+    /// the optimizer knows, carry the niche of `Ok` and re-enter it.
+    #[inline(always)]
+    pub(crate) fn with_shared(kind: ErrorKind, message: Arc<str>) -> Error {
+        Error {
+            kind,
+            message: Message::Shared(message),
+        }
+    }
+
     /// The kind of error.
     pub fn kind(&self) -> ErrorKind {
         self.kind

@@ -13,6 +13,7 @@
 //! each write chunk once, so no two `&mut` slices alias.
 
 use std::cell::Cell;
+use std::sync::Arc;
 
 use bytemuck::Pod;
 
@@ -319,10 +320,10 @@ impl<'a> TileIo<'a> {
     #[inline]
     pub fn read<T: Pod>(&self, binding: usize) -> Result<&[T], Error> {
         let Some(v) = self.bindings.get(binding) else {
-            return Err(out_of_range(binding, self.bindings.len()));
+            return Err(tile_error(out_of_range(binding, self.bindings.len())));
         };
         if v.chunk != 0 {
-            return Err(not_readable(binding));
+            return Err(tile_error(not_readable(binding)));
         }
         let size = std::mem::size_of::<T>();
         // The start is aligned to `BUFFER_ALIGN`: only a larger alignment
@@ -330,7 +331,7 @@ impl<'a> TileIo<'a> {
         let aligned = std::mem::align_of::<T>() <= super::BUFFER_ALIGN
             || (v.base as usize) % std::mem::align_of::<T>() == 0;
         if size == 0 || v.len % size != 0 || !aligned {
-            return Err(misfit::<T>(binding, v.len, 0));
+            return Err(tile_error(misfit::<T>(binding, v.len, 0)));
         }
         // SAFETY: the action holds the buffer, and nothing writes it while
         // the dispatch runs (no write binding of it in this dispatch, no
@@ -354,16 +355,16 @@ impl<'a> TileIo<'a> {
     #[inline]
     pub fn chunk<T: Pod>(&self, binding: usize) -> Result<&mut [T], Error> {
         let Some(v) = self.bindings.get(binding) else {
-            return Err(out_of_range(binding, self.bindings.len()));
+            return Err(tile_error(out_of_range(binding, self.bindings.len())));
         };
         let chunk = v.chunk;
         if chunk == 0 {
-            return Err(not_writable(binding));
+            return Err(tile_error(not_writable(binding)));
         }
         let bit = 1u64 << binding;
         let taken = self.taken.get();
         if taken & bit != 0 {
-            return Err(taken_twice(binding));
+            return Err(tile_error(taken_twice(binding)));
         }
         let start = self.tile * chunk;
         let size = std::mem::size_of::<T>();
@@ -375,7 +376,7 @@ impl<'a> TileIo<'a> {
         let aligned = std::mem::align_of::<T>() <= super::BUFFER_ALIGN
             || (v.base as usize + start) % std::mem::align_of::<T>() == 0;
         if size == 0 || chunk % size != 0 || !aligned {
-            return Err(misfit::<T>(binding, chunk, start));
+            return Err(tile_error(misfit::<T>(binding, chunk, start)));
         }
         self.taken.set(taken | bit);
         // SAFETY: the action holds the buffer for writing; this tile's
@@ -403,42 +404,53 @@ impl std::fmt::Debug for TileIo<'_> {
     }
 }
 
+// A tile's errors: each message is made by a cold function, and the
+// `Error` around it inline (`tile_error`), so that the tile loop's compiled
+// code knows a failed check leaves the loop (see `Error::with_shared`):
+// that lets the compiler test the loop-invariant checks (a binding's
+// kind, a length that fits `T`) once per range instead of once per tile.
+
+#[inline(always)]
+fn tile_error(message: Arc<str>) -> Error {
+    Error::with_shared(ErrorKind::InvalidArgument, message)
+}
+
 #[cold]
 #[inline(never)]
-fn out_of_range(binding: usize, bindings: usize) -> Error {
-    invalid(format!(
+fn out_of_range(binding: usize, bindings: usize) -> Arc<str> {
+    Arc::from(format!(
         "binding {binding}: the dispatch has {bindings} bindings"
     ))
 }
 
 #[cold]
 #[inline(never)]
-fn not_readable(binding: usize) -> Error {
-    invalid(format!(
+fn not_readable(binding: usize) -> Arc<str> {
+    Arc::from(format!(
         "binding {binding} is written in chunks: tiles cannot read it (use chunk)"
     ))
 }
 
 #[cold]
 #[inline(never)]
-fn not_writable(binding: usize) -> Error {
-    invalid(format!(
+fn not_writable(binding: usize) -> Arc<str> {
+    Arc::from(format!(
         "binding {binding} is read: tiles cannot write it (use read)"
     ))
 }
 
 #[cold]
 #[inline(never)]
-fn taken_twice(binding: usize) -> Error {
-    invalid(format!(
+fn taken_twice(binding: usize) -> Arc<str> {
+    Arc::from(format!(
         "binding {binding}: this tile's chunk was already handed out"
     ))
 }
 
 #[cold]
 #[inline(never)]
-fn misfit<T>(binding: usize, len: usize, start: usize) -> Error {
-    invalid(format!(
+fn misfit<T>(binding: usize, len: usize, start: usize) -> Arc<str> {
+    Arc::from(format!(
         "binding {binding}: {len} bytes at offset {start} are not a whole number of \
          aligned {}s (size {}, alignment {})",
         std::any::type_name::<T>(),
