@@ -9,6 +9,7 @@
 //! an atomic counter). A failed task's dependents do not run; tasks that do
 //! not depend on it still do. A panic in user code becomes an error.
 
+mod context;
 mod deque;
 mod executor;
 mod graph;

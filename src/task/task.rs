@@ -3,9 +3,9 @@
 use std::mem::{self, MaybeUninit};
 use std::ptr::NonNull;
 
+use super::context::TaskContext;
 use super::join_count::JoinCount;
 use super::scope::ScopeInner;
-use super::worker::Worker;
 use crate::error::Error;
 use crate::list::SingleLinks;
 use crate::sync::atomic::{AtomicU32, Ordering};
@@ -35,7 +35,7 @@ pub(crate) enum Outcome {
 /// The payload's behaviour, one static table per payload type.
 pub(crate) struct VTable {
     /// Runs (or re-runs) the payload.
-    pub(crate) run: unsafe fn(NonNull<Task>, &mut Worker) -> Outcome,
+    pub(crate) run: unsafe fn(NonNull<Task>, &mut TaskContext) -> Outcome,
     /// Drops the payload (once, when the task is freed); `None` when the
     /// payload has no drop glue (a nop, a barrier), so that freeing it
     /// makes no call and sets up no unwind guard.

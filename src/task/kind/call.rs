@@ -6,17 +6,16 @@ use super::{new_task, Kind};
 use crate::error::Error;
 use crate::pool::BlockSource;
 use crate::small_box::SmallBox;
-use crate::sync::atomic::Ordering;
+use crate::task::context::TaskContext;
 use crate::task::scope::ScopeInner;
 use crate::task::task::{Outcome, Task, PAYLOAD};
-use crate::task::worker::Worker;
 use crate::unwind::guarded;
 
 /// What a running call can do: add child calls that it joins on. A call
 /// that added children runs again once they all finished (unless one
 /// failed).
 pub struct CallContext<'w> {
-    worker: &'w mut Worker,
+    tasks: &'w mut TaskContext,
     task: NonNull<Task>,
     children: u32,
     runs: u8,
@@ -38,19 +37,18 @@ impl CallContext<'_> {
         // SAFETY: `self.task` is the running call, alive until it retires,
         // which waits for this child.
         let parent = unsafe { self.task.as_ref() };
-        let child = make_call(self.worker.cache(), parent.scope, f)?;
+        let child = make_call(self.tasks.cache(), parent.scope, f)?;
         // SAFETY: just created, ours.
         let c = unsafe { child.as_ref() };
         c.completion_task.set(Some(self.task));
         parent.add_unfinished();
         // SAFETY: the parent keeps the scope alive and non-idle.
         unsafe { parent.scope.as_ref() }.enter_from_task();
-        self.worker.shared.live.fetch_add(1, Ordering::Relaxed);
         self.children += 1;
-        self.worker.push(child);
+        self.tasks.spawn(child);
         // The call keeps running (and may block on its child): idle
         // workers must be able to take the child now.
-        self.worker.publish();
+        self.tasks.publish();
         Ok(())
     }
 }
@@ -71,14 +69,14 @@ where
 {
     const NAME: &'static str = "call";
 
-    unsafe fn run(task: NonNull<Task>, worker: &mut Worker) -> Outcome {
+    unsafe fn run(task: NonNull<Task>, tasks: &mut TaskContext) -> Outcome {
         // SAFETY: the running worker owns the task.
         let t = unsafe { task.as_ref() };
         // Hold the task while it runs, so children finishing early cannot make
         // it ready before the closure returned.
         t.unfinished.set(1);
         let mut cx = CallContext {
-            worker,
+            tasks,
             task,
             children: 0,
             runs: t.runs.get(),
@@ -98,7 +96,7 @@ where
         if t.finish_one() {
             // Every child already finished: ready again, run it again (or skip
             // it, if one failed) from the queue.
-            cx.worker.push(task);
+            cx.tasks.push(task);
         }
         Outcome::Suspended
     }

@@ -8,9 +8,9 @@ use super::{new_task, Kind};
 use crate::error::{Error, ErrorKind};
 use crate::small_box::SmallBox;
 use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::task::context::TaskContext;
 use crate::task::task::{Outcome, Task, FLAG_FAILED, PAYLOAD};
 use crate::task::tile_counter::TileCounter;
-use crate::task::worker::Worker;
 use crate::task::Tile;
 use crate::unwind::guarded;
 
@@ -60,7 +60,7 @@ where
 {
     const NAME: &'static str = "dispatch";
 
-    unsafe fn run(task: NonNull<Task>, worker: &mut Worker) -> Outcome {
+    unsafe fn run(task: NonNull<Task>, tasks: &mut TaskContext) -> Outcome {
         // SAFETY: ours while running.
         let t = unsafe { task.as_ref() };
         // SAFETY: the payload is a `DispatchPayload<F>`.
@@ -71,7 +71,7 @@ where
             // and we are skipped instead). Or nothing to do.
             return Outcome::Done(Ok(()));
         }
-        let workers = worker.shared.slots.len() as u64;
+        let workers = tasks.workers() as u64;
         let shards = workers.min(total).max(1);
         if shards == 1 {
             // One shard would run every tile on this worker anyway (one
@@ -94,7 +94,7 @@ where
         // deque trip), and this worker starts on tiles at once.
         t.unfinished.set(1);
         for _ in 1..shards {
-            let shard = match new_task(worker.cache(), t.scope, || ShardPayload::<F> {
+            let shard = match new_task(tasks.cache(), t.scope, || ShardPayload::<F> {
                 dispatch: task,
                 _dispatch_kind: PhantomData,
             }) {
@@ -112,12 +112,11 @@ where
             t.add_unfinished();
             // SAFETY: the dispatch keeps its scope alive and non-idle.
             unsafe { t.scope.as_ref() }.enter_from_task();
-            worker.shared.live.fetch_add(1, Ordering::Relaxed);
-            worker.push(shard);
+            tasks.spawn(shard);
         }
         // The other workers hear of the shards before this one runs tiles
         // (user code, which may block).
-        worker.publish();
+        tasks.publish();
         if let Err(e) = claim_and_run(f.get(), p) {
             // Counted like a failed shard: the scope keeps the error and
             // the dispatch, once the shards are done, fails.
@@ -171,7 +170,7 @@ where
 {
     const NAME: &'static str = "dispatch shard";
 
-    unsafe fn run(task: NonNull<Task>, _worker: &mut Worker) -> Outcome {
+    unsafe fn run(task: NonNull<Task>, _tasks: &mut TaskContext) -> Outcome {
         // SAFETY: the payload is a `ShardPayload` whose dispatch is suspended
         // (alive) until every shard retired.
         let dispatch = unsafe { task.as_ref().payload::<ShardPayload<F>>() }.dispatch;

@@ -5,8 +5,8 @@ use std::ptr::NonNull;
 use super::Kind;
 use crate::error::{Error, ErrorKind};
 use crate::semaphore::Semaphore;
+use crate::task::context::TaskContext;
 use crate::task::task::{Outcome, Task};
-use crate::task::worker::Worker;
 
 /// A fence's payload: the semaphore value it signals, if any.
 pub(crate) struct FencePayload {
@@ -16,7 +16,7 @@ pub(crate) struct FencePayload {
 impl Kind for FencePayload {
     const NAME: &'static str = "fence";
 
-    unsafe fn run(task: NonNull<Task>, _worker: &mut Worker) -> Outcome {
+    unsafe fn run(task: NonNull<Task>, _tasks: &mut TaskContext) -> Outcome {
         // SAFETY: the payload is a `FencePayload`.
         let p = unsafe { task.as_ref().payload::<FencePayload>() };
         Outcome::Done(match &p.signal {

@@ -5,8 +5,8 @@ use std::ptr::NonNull;
 use super::Kind;
 use crate::error::{Error, ErrorKind};
 use crate::small_box::SmallBox;
+use crate::task::context::TaskContext;
 use crate::task::task::{Outcome, Task, PAYLOAD};
-use crate::task::worker::Worker;
 use crate::unwind::guarded;
 
 /// Runs whether or not its predecessors failed, and is told which. The
@@ -34,7 +34,7 @@ where
 {
     const NAME: &'static str = "finally";
 
-    unsafe fn run(task: NonNull<Task>, _worker: &mut Worker) -> Outcome {
+    unsafe fn run(task: NonNull<Task>, _tasks: &mut TaskContext) -> Outcome {
         // SAFETY: the payload is a `FinallyPayload<F>`, ours while running.
         let p = unsafe { &mut *Task::payload_ptr::<FinallyPayload<F>>(task) };
         if let Some(f) = p.f.take().map(SmallBox::into_inner) {

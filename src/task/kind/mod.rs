@@ -13,9 +13,9 @@ mod wait;
 use std::marker::PhantomData;
 use std::ptr::{addr_of_mut, NonNull};
 
+use super::context::TaskContext;
 use super::scope::ScopeInner;
 use super::task::{Outcome, Task, VTable};
-use super::worker::Worker;
 use crate::error::Error;
 use crate::pool::BlockSource;
 
@@ -41,7 +41,7 @@ pub(crate) trait Kind: Sized + 'static {
     ///
     /// # Safety
     /// `task`'s payload is a `Self`, and the calling worker owns the task.
-    unsafe fn run(task: NonNull<Task>, worker: &mut Worker) -> Outcome;
+    unsafe fn run(task: NonNull<Task>, tasks: &mut TaskContext) -> Outcome;
 
     /// Called instead of `run` when a predecessor failed (a fence fails
     /// its semaphore); most kinds do nothing.

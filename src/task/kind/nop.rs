@@ -4,8 +4,8 @@ use std::ptr::NonNull;
 
 use super::Kind;
 use crate::list::SList;
+use crate::task::context::TaskContext;
 use crate::task::task::{ForkLink, Outcome, Task};
-use crate::task::worker::Worker;
 
 /// A task that does nothing: a join point.
 pub(crate) struct Nop;
@@ -13,7 +13,7 @@ pub(crate) struct Nop;
 impl Kind for Nop {
     const NAME: &'static str = "nop";
 
-    unsafe fn run(_task: NonNull<Task>, _worker: &mut Worker) -> Outcome {
+    unsafe fn run(_task: NonNull<Task>, _tasks: &mut TaskContext) -> Outcome {
         Outcome::Done(Ok(()))
     }
 }
@@ -36,7 +36,7 @@ impl Kind for BarrierPayload {
     const NAME: &'static str = "barrier";
     const FORKS: bool = true;
 
-    unsafe fn run(_task: NonNull<Task>, _worker: &mut Worker) -> Outcome {
+    unsafe fn run(_task: NonNull<Task>, _tasks: &mut TaskContext) -> Outcome {
         Outcome::Done(Ok(()))
     }
 }

@@ -10,8 +10,9 @@ use crate::list::{DoubleLinks, Handle};
 use crate::semaphore::{Registration, Semaphore, Timepoint};
 use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
+use crate::task::context::TaskContext;
 use crate::task::task::{Outcome, Task, FLAG_CANCELLED};
-use crate::task::worker::{ExecutorState, Worker};
+use crate::task::worker::ExecutorState;
 
 /// A wait task's payload: what it waits for, its timepoint, and its place
 /// in the executor's list of parked waits (for timeouts and shutdown).
@@ -148,7 +149,7 @@ unsafe fn wait_wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
 impl Kind for WaitState {
     const NAME: &'static str = "wait";
 
-    unsafe fn run(task: NonNull<Task>, worker: &mut Worker) -> Outcome {
+    unsafe fn run(task: NonNull<Task>, tasks: &mut TaskContext) -> Outcome {
         let ptr = Task::payload_ptr::<WaitState>(task);
         {
             // A shared borrow until the state is out of the list: an
@@ -159,7 +160,7 @@ impl Kind for WaitState {
             if state.shared.is_some() {
                 // Requeued (fired or abandoned): out of the list first,
                 // under its lock, before anything may end the task.
-                state.unlist(&worker.shared);
+                state.unlist(tasks.executor());
             }
         }
         // SAFETY: the payload is a `WaitState`, owned by the running worker
@@ -186,12 +187,12 @@ impl Kind for WaitState {
             }
             state.task = task;
             if state.shared.is_none() {
-                state.shared = Some(worker.shared.clone());
+                state.shared = Some(tasks.executor().clone());
             }
             let ctx = (state as *const WaitState).cast::<()>();
             state.timepoint = Timepoint::abandonable(state.value, wait_wake, ctx);
             let timed = state.deadline.is_some();
-            let mut waits = worker.shared.lock_waits();
+            let mut waits = tasks.executor().lock_waits();
             // Listed and registered in one critical section, so no
             // expiring worker sees the state listed before its timepoint is
             // registered; listed first, as once registered the timepoint
@@ -207,8 +208,8 @@ impl Kind for WaitState {
             // (the task is suspended, its block not freed, until then).
             match unsafe { state.sem.register(NonNull::from(&state.timepoint)) } {
                 Registration::Pending => {
-                    worker
-                        .shared
+                    tasks
+                        .executor()
                         .suspended_waits
                         .store(waits.len(), Ordering::Release);
                     drop(waits);
@@ -216,7 +217,7 @@ impl Kind for WaitState {
                         // A parked worker armed its timer before this
                         // deadline existed: wake one, so it re-arms (this
                         // worker may stay busy with other tasks for long).
-                        worker.shared.notify();
+                        tasks.executor().notify();
                     }
                     return Outcome::Suspended;
                 }

@@ -27,6 +27,7 @@ use std::time::Instant;
 use super::deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_utils::CachePadded;
 
+use super::context::TaskContext;
 use super::kind::{WaitLink, WaitState};
 use super::scope::ScopeInner;
 use super::sleep::SleepState;
@@ -93,7 +94,7 @@ pub(crate) struct Worker {
     /// [`WorkerCounters`]).
     busy: bool,
     /// The executor this worker runs for.
-    pub(crate) shared: Arc<ExecutorState>,
+    pub(super) shared: Arc<ExecutorState>,
 }
 
 impl Drop for Worker {
@@ -188,7 +189,7 @@ impl Worker {
     }
 
     /// The worker's block cache (see [`Local::cache`]), for one operation.
-    pub(crate) fn cache(&mut self) -> &mut BlockCache<TaskPool> {
+    pub(super) fn cache(&mut self) -> &mut BlockCache<TaskPool> {
         // SAFETY: the cache is this thread's alone and no other borrow of
         // it is live: every borrow (this one's users, a graph's lent
         // access) ends before user code can run (see `Local::cache`).
@@ -204,7 +205,7 @@ impl Worker {
     /// Makes a task ready on this worker: on its deque (stealable), or, if
     /// that is full, in the spill. Either way [`publish`](Self::publish)
     /// tells the other workers before this worker runs anything else.
-    pub(crate) fn push(&mut self, task: NonNull<Task>) {
+    pub(super) fn push(&mut self, task: NonNull<Task>) {
         if self.local().len() < LOCAL_CAP {
             self.local().push(TaskPtr(task));
             self.unannounced = true;
@@ -222,7 +223,7 @@ impl Worker {
     /// may block: a sleeper that missed a cheaper hint would then sleep
     /// next to work nobody else runs, and the blocked task may be waiting
     /// for exactly that work) and after a running call spawned a child.
-    pub(crate) fn publish(&mut self) {
+    pub(super) fn publish(&mut self) {
         self.take_hopped();
         if !self.spill.is_empty() {
             self.shared.inject_list(std::mem::take(&mut self.spill));

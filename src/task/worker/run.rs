@@ -114,7 +114,7 @@ impl Worker {
                 // them after).
                 let (start, scope, kind) = (crate::trace::now(), t.scope, t.vtable.name);
                 // SAFETY: the vtable matches the payload (set at creation).
-                let outcome = unsafe { (t.vtable.run)(task, self) };
+                let outcome = unsafe { (t.vtable.run)(task, TaskContext::of(self)) };
                 crate::trace::span(
                     crate::trace::Kind::Task,
                     start,
