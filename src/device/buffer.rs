@@ -10,9 +10,9 @@
 //! a conflicting user fails instead of touching them.
 
 use std::fmt;
-#[cfg(feature = "cuda")]
 use std::sync::Arc;
 
+use super::cuda_seam::{used_by_cuda, CudaMem};
 use super::hold::Access;
 pub(crate) use super::host_mem::{conflict, HostMem, HostRef};
 use crate::error::{Error, ErrorKind};
@@ -39,8 +39,7 @@ pub struct Buffer {
 #[derive(Clone)]
 enum Mem {
     Host(HostRef),
-    #[cfg(feature = "cuda")]
-    Cuda(Arc<super::cuda::driver::DeviceMem>),
+    Cuda(Arc<CudaMem>),
 }
 
 impl fmt::Debug for Buffer {
@@ -70,37 +69,14 @@ impl Buffer {
         }
     }
 
-    /// A zeroed buffer of device memory.
-    #[cfg(feature = "cuda")]
-    pub(crate) fn new_cuda(
-        ctx: &Arc<super::cuda::driver::Context>,
-        len: usize,
-    ) -> Result<Buffer, Error> {
-        if len == 0 {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "buffer length 0: must be at least 1",
-            ));
-        }
-        let mem = super::cuda::driver::DeviceMem::zeroed(ctx, len)?;
-        Ok(Buffer {
-            mem: Mem::Cuda(Arc::new(mem)),
-        })
-    }
-
-    /// A CUDA buffer from `Queue::alloca` on queue `queue`: no memory
-    /// until its alloca's action is issued.
-    #[cfg(feature = "cuda")]
-    pub(crate) fn new_cuda_transient(
-        ctx: &Arc<super::cuda::driver::Context>,
-        len: usize,
-        queue: usize,
-    ) -> Buffer {
+    used_by_cuda! {
+    /// A CUDA buffer over `mem` (zeroed memory, or an alloca's, which
+    /// has none until its action is issued).
+    pub(crate) fn cuda_mem(mem: CudaMem) -> Buffer {
         Buffer {
-            mem: Mem::Cuda(Arc::new(super::cuda::driver::DeviceMem::transient(
-                ctx, len, queue,
-            ))),
+            mem: Mem::Cuda(Arc::new(mem)),
         }
+    }
     }
 
     /// Length in bytes.
@@ -119,8 +95,7 @@ impl Buffer {
     pub fn len(&self) -> usize {
         match &self.mem {
             Mem::Host(m) => m.len(),
-            #[cfg(feature = "cuda")]
-            Mem::Cuda(m) => m.len,
+            Mem::Cuda(m) => m.len(),
         }
     }
 
@@ -162,7 +137,6 @@ impl Buffer {
                 // SAFETY: held for reading; in bounds (checked above).
                 out.copy_from_slice(unsafe { m.bytes(range) })
             }),
-            #[cfg(feature = "cuda")]
             Mem::Cuda(m) => m.read(offset, out),
         }
     }
@@ -203,7 +177,6 @@ impl Buffer {
                 // SAFETY: held for writing (no other user); in bounds.
                 unsafe { m.bytes_mut(range) }.copy_from_slice(data)
             }),
-            #[cfg(feature = "cuda")]
             Mem::Cuda(m) => m.write(offset, data),
         }
     }
@@ -226,7 +199,6 @@ impl Buffer {
     pub(crate) fn host(&self) -> Option<&HostRef> {
         match &self.mem {
             Mem::Host(m) => Some(m),
-            #[cfg(feature = "cuda")]
             Mem::Cuda(_) => None,
         }
     }
@@ -234,7 +206,6 @@ impl Buffer {
     /// The device address of a CUDA buffer (`FailedPrecondition` for one
     /// from `Queue::alloca` before its alloca ran or after its dealloca
     /// ran).
-    #[cfg(feature = "cuda")]
     pub(crate) fn device_ptr(&self) -> Result<u64, Error> {
         match &self.mem {
             Mem::Cuda(m) => m.ptr(),
@@ -246,8 +217,7 @@ impl Buffer {
     }
 
     /// A CUDA buffer's memory (`None` for a CPU-device buffer).
-    #[cfg(feature = "cuda")]
-    pub(crate) fn cuda(&self) -> Option<&super::cuda::driver::DeviceMem> {
+    pub(crate) fn cuda(&self) -> Option<&CudaMem> {
         match &self.mem {
             Mem::Cuda(m) => Some(m),
             Mem::Host(_) => None,
@@ -256,15 +226,8 @@ impl Buffer {
 
     /// The queue of a CUDA buffer from `Queue::alloca` (`None` for any
     /// other buffer).
-    #[cfg(feature = "cuda")]
     pub(crate) fn cuda_transient_queue(&self) -> Option<usize> {
-        self.cuda()?.transient.as_ref().map(|t| t.queue)
-    }
-
-    /// Whether this is device memory of context `ctx`.
-    #[cfg(feature = "cuda")]
-    pub(crate) fn on_context(&self, ctx: &Arc<super::cuda::driver::Context>) -> bool {
-        matches!(&self.mem, Mem::Cuda(m) if Arc::ptr_eq(&m.ctx, ctx))
+        self.cuda()?.transient_queue()
     }
 
     /// Checks `offset..offset + len` against the buffer.
@@ -284,9 +247,7 @@ impl Buffer {
     pub(crate) fn same(&self, other: &Buffer) -> bool {
         match (&self.mem, &other.mem) {
             (Mem::Host(a), Mem::Host(b)) => HostRef::ptr_eq(a, b),
-            #[cfg(feature = "cuda")]
             (Mem::Cuda(a), Mem::Cuda(b)) => Arc::ptr_eq(a, b),
-            #[cfg(feature = "cuda")]
             _ => false,
         }
     }
@@ -295,7 +256,6 @@ impl Buffer {
     pub(crate) fn id(&self) -> *const () {
         match &self.mem {
             Mem::Host(m) => HostRef::as_ptr(m).cast(),
-            #[cfg(feature = "cuda")]
             Mem::Cuda(m) => Arc::as_ptr(m).cast(),
         }
     }

@@ -57,7 +57,7 @@ use crate::task::Tile;
 /// # Ok::<(), fenceline::Error>(())
 /// ```
 pub struct CommandBuffer {
-    recording: RecordingRef,
+    pub(super) recording: RecordingRef,
 }
 
 impl fmt::Debug for CommandBuffer {
@@ -79,18 +79,10 @@ impl CommandBuffer {
 
     /// Checks that `buffer` is memory of this command buffer's device.
     fn check_buffer(&self, buffer: &Buffer) -> Result<(), Error> {
-        let ok = match &self.recording.pool().target {
-            Target::Cpu => {
-                let pool: *const super::recording::RecordingPool = &**self.recording.pool();
-                buffer.host_device() == Some(pool as usize)
-            }
-            #[cfg(feature = "cuda")]
-            Target::Cuda(shared) => buffer.on_context(&shared.ctx),
-        };
-        if ok {
-            // A buffer from `Queue::alloca` has an address only between
-            // its alloca and its dealloca.
-            #[cfg(feature = "cuda")]
+        let pool = self.recording.pool();
+        if pool.target.owns(buffer, pool) {
+            // A CUDA buffer from `Queue::alloca` has an address only
+            // between its alloca and its dealloca.
             if buffer.cuda_transient_queue().is_some() {
                 buffer.device_ptr()?;
             }
@@ -104,13 +96,13 @@ impl CommandBuffer {
     }
 
     /// Records `command` (dropped, with nothing recorded, on an error).
-    fn record(&mut self, command: Command) -> Result<(), Error> {
+    pub(super) fn record(&mut self, command: Command) -> Result<(), Error> {
         let recording = self.recording_mut()?;
         recording.push(command)
     }
 
     /// The recording, while it is still recording.
-    fn recording_mut(&mut self) -> Result<&mut super::recording::Recording, Error> {
+    pub(super) fn recording_mut(&mut self) -> Result<&mut super::recording::Recording, Error> {
         if self.recording.is_ended() {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
@@ -349,7 +341,6 @@ impl CommandBuffer {
     where
         F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
     {
-        #[cfg(feature = "cuda")]
         if let Target::Cuda(_) = self.recording.pool().target {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
@@ -439,7 +430,6 @@ impl CommandBuffer {
     where
         F: Fn(&Tile, &super::TileIo<'_>) -> Result<(), Error> + Send + Sync + 'static,
     {
-        #[cfg(feature = "cuda")]
         if let Target::Cuda(_) = self.recording.pool().target {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
@@ -475,46 +465,6 @@ impl CommandBuffer {
             run,
             bindings: Some(bound),
         })
-    }
-
-    /// Launches `kernel` over `grid` blocks of `block` threads with
-    /// `shared_mem` bytes of dynamic shared memory and `args` as its
-    /// parameters (feature `cuda`).
-    ///
-    /// A [`KernelArg::Slot`](super::KernelArg::Slot) argument is resolved
-    /// per submission from the binding table of
-    /// [`Queue::execute_with`](super::Queue::execute_with) (a command
-    /// buffer with one cannot be submitted with `execute`).
-    ///
-    /// Errors: `FailedPrecondition` on a CPU device's command buffer, or
-    /// for a buffer from `Queue::alloca` before its alloca ran or after its
-    /// dealloca ran; `InvalidArgument` for a zero dimension, a kernel or
-    /// buffer of another device, a slot of `MAX_SLOTS` or more, or more
-    /// than 64 parameters in a launch with a slot argument.
-    #[cfg(feature = "cuda")]
-    pub fn launch(
-        &mut self,
-        kernel: &super::Kernel,
-        grid: [u32; 3],
-        block: [u32; 3],
-        shared_mem: u32,
-        args: &[super::KernelArg<'_>],
-    ) -> Result<(), Error> {
-        let Target::Cuda(shared) = &self.recording.pool().target else {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                "kernel launch recorded for the CPU device: record a dispatch",
-            ));
-        };
-        if !std::sync::Arc::ptr_eq(kernel.context(), &shared.ctx) {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "kernel belongs to another device than the command buffer",
-            ));
-        }
-        let recording = self.recording_mut()?;
-        let launch = super::cuda::Launch::new(recording, kernel, grid, block, shared_mem, args)?;
-        self.record(Command::Launch(launch))
     }
 
     /// Everything recorded after waits for everything recorded before.
@@ -585,13 +535,10 @@ impl CommandBuffer {
     /// ```
     pub fn end(&mut self) -> Result<(), Error> {
         let recording = self.recording_mut()?;
-        #[cfg(feature = "cuda")]
         if let Target::Cuda(shared) = &recording.pool().target {
-            if !recording.is_one_shot() {
-                // On failure: still recording, exactly as before the call.
-                let graph = super::cuda::graph::build(&shared.ctx, &shared.pinned, recording)?;
-                recording.graph = graph;
-            }
+            // On failure: still recording, exactly as before the call.
+            let graph = shared.graph(recording)?;
+            recording.graph = graph;
         }
         recording.set_ended();
         Ok(())

@@ -13,6 +13,7 @@ mod command_buffer;
 mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod cuda_seam;
 /// The buffers' hold word (public for the crate's loom models).
 #[cfg(feature = "testing")]
 pub mod hold;
@@ -100,16 +101,14 @@ enum DeviceInner {
         /// The device's identity for its buffers (`Device::cpu_id`).
         id: usize,
     },
-    #[cfg(feature = "cuda")]
-    Cuda(cuda::CudaDevice),
+    Cuda(cuda_seam::CudaDevice),
 }
 
 impl DeviceInner {
     fn queue_count(&self) -> usize {
         match self {
             DeviceInner::Cpu { queues, .. } => queues.len(),
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(d) => d.queues.len(),
+            DeviceInner::Cuda(d) => d.queue_count(),
         }
     }
 }
@@ -206,61 +205,10 @@ impl Device {
         })
     }
 
-    /// CUDA device `ordinal` with default settings (feature `cuda`).
-    ///
-    /// Never panics: a missing driver or GPU is an error.
-    ///
-    /// # Errors
-    ///
-    /// - [`Unavailable`](ErrorKind::Unavailable), with the reason, when no
-    ///   driver library can be loaded, a driver symbol fenceline needs is
-    ///   missing, `cuInit` fails, the ordinal does not exist (or the driver
-    ///   cannot retain its context), or the driver binding panics.
-    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if a queue's
-    ///   completion thread cannot be spawned or the event pool's memory
-    ///   cannot be had.
-    /// - [`Internal`](ErrorKind::Internal) if the driver fails to create a
-    ///   queue's stream or an event.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use fenceline::{Device, ErrorKind};
-    ///
-    /// match Device::cuda(0) {
-    ///     Ok(device) => {
-    ///         let buf = device.buffer(256)?;
-    ///         assert_eq!(buf.len(), 256);
-    ///     }
-    ///     // No driver or no GPU (as on CI): an error, not a panic.
-    ///     Err(e) => assert_eq!(e.kind(), ErrorKind::Unavailable),
-    /// }
-    /// # Ok::<(), fenceline::Error>(())
-    /// ```
-    #[cfg(feature = "cuda")]
-    pub fn cuda(ordinal: usize) -> Result<Device, Error> {
-        Device::cuda_with(ordinal, CudaConfig::default())
-    }
-
-    /// CUDA device `ordinal` shaped by `config` (feature `cuda`).
-    ///
-    /// Errors: as [`cuda`](Self::cuda); `InvalidArgument` for 0 queues or
-    /// 0 events.
-    #[cfg(feature = "cuda")]
-    pub fn cuda_with(ordinal: usize, config: CudaConfig) -> Result<Device, Error> {
-        let device = cuda::CudaDevice::open(ordinal, config)?;
-        let target = Target::Cuda(device.shared.clone());
-        Ok(Device {
-            inner: Arc::new(DeviceInner::Cuda(device)),
-            recordings: crate::sync::Arc::new(RecordingPool::new(target)),
-        })
-    }
-
     /// `"cpu"`, or the CUDA device's name.
     pub fn kind_name(&self) -> &str {
         match &*self.inner {
             DeviceInner::Cpu { .. } => "cpu",
-            #[cfg(feature = "cuda")]
             DeviceInner::Cuda(d) => d.name(),
         }
     }
@@ -270,8 +218,7 @@ impl Device {
     pub fn events_created(&self) -> usize {
         match &*self.inner {
             DeviceInner::Cpu { .. } => 0,
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(d) => d.shared.events.created(),
+            DeviceInner::Cuda(d) => d.events_created(),
         }
     }
 
@@ -280,28 +227,7 @@ impl Device {
     pub fn device_waits_issued(&self) -> u64 {
         match &*self.inner {
             DeviceInner::Cpu { .. } => 0,
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(d) => d
-                .shared
-                .device_waits
-                .load(std::sync::atomic::Ordering::Relaxed),
-        }
-    }
-
-    /// Loads `ptx` (PTX text) and returns its entry point `name` (feature
-    /// `cuda`).
-    ///
-    /// Errors: `FailedPrecondition` on the CPU device (it runs
-    /// [`dispatch`](CommandBuffer::dispatch) closures instead);
-    /// `InvalidArgument` if the PTX does not load or has no such entry.
-    #[cfg(feature = "cuda")]
-    pub fn load_kernel(&self, ptx: &str, name: &str) -> Result<Kernel, Error> {
-        match &*self.inner {
-            DeviceInner::Cpu { .. } => Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                "the CPU device has no kernels: record a dispatch closure",
-            )),
-            DeviceInner::Cuda(d) => Kernel::load(&d.shared.ctx, ptx, name),
+            DeviceInner::Cuda(d) => d.device_waits_issued(),
         }
     }
 
@@ -373,8 +299,7 @@ impl Device {
     pub fn buffer(&self, len: usize) -> Result<Buffer, Error> {
         match &*self.inner {
             DeviceInner::Cpu { .. } => Buffer::new(len, self.cpu_id()),
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(d) => Buffer::new_cuda(&d.shared.ctx, len),
+            DeviceInner::Cuda(d) => d.buffer(len),
         }
     }
 
@@ -476,14 +401,7 @@ impl Drop for DeviceInner {
                     drop(executor); // joins the workers
                 }
             }
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(d) => {
-                let inside = crate::queue::in_issue_pass() || d.on_completion_thread();
-                d.queues.clear();
-                if !inside {
-                    d.teardown.wait_drained();
-                }
-            }
+            DeviceInner::Cuda(d) => d.tear_down(),
         }
     }
 }

@@ -29,9 +29,7 @@ impl fmt::Debug for Queue {
 fn check_recordings(device: &DeviceInner, recordings: &[&RecordingRef]) -> Result<(), Error> {
     let ok = recordings.iter().all(|r| match (device, &r.pool().target) {
         (DeviceInner::Cpu { .. }, Target::Cpu) => true,
-        #[cfg(feature = "cuda")]
-        (DeviceInner::Cuda(d), Target::Cuda(shared)) => Arc::ptr_eq(&shared.ctx, &d.shared.ctx),
-        #[cfg(feature = "cuda")]
+        (DeviceInner::Cuda(d), Target::Cuda(shared)) => d.is(shared),
         _ => false,
     });
     if ok {
@@ -45,37 +43,6 @@ fn check_recordings(device: &DeviceInner, recordings: &[&RecordingRef]) -> Resul
 }
 
 impl Queue {
-    /// Checks a CUDA buffer from `Queue::alloca` that a submission to this
-    /// queue uses: it must be this queue's (its stream orders every use)
-    /// and its dealloca must not have run; a buffer a recording names
-    /// (`recorded`) has had its alloca run. Checked again at issue.
-    #[cfg(feature = "cuda")]
-    fn check_transient_use(&self, buffer: &Buffer, recorded: bool) -> Result<(), Error> {
-        match buffer.cuda_transient_queue() {
-            Some(q) if q != self.index => Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "a buffer from queue {q}'s alloca used on queue {}: on a CUDA device such a \
-                     buffer is used only on the queue that allocated it",
-                    self.index
-                ),
-            )),
-            Some(_) if recorded => buffer.device_ptr().map(drop),
-            Some(_) => match buffer.cuda().and_then(|m| m.transient.as_ref()) {
-                Some(t) if t.life.life() == crate::device::hold::Life::Gone => Err(Error::new(
-                    ErrorKind::FailedPrecondition,
-                    format!(
-                        "a binding table holds a buffer from Queue::alloca ({} bytes) \
-                             whose dealloca ran",
-                        buffer.len()
-                    ),
-                )),
-                _ => Ok(()),
-            },
-            None => Ok(()),
-        }
-    }
-
     fn submit(
         &self,
         waits: &[(&Semaphore, u64)],
@@ -84,10 +51,7 @@ impl Queue {
     ) -> Result<(), Error> {
         match &*self.device {
             DeviceInner::Cpu { queues, .. } => queues[self.index].submit(waits, signals, payload),
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(d) => {
-                d.queues[self.index].submit(waits, signals, super::cuda::CudaPayload::new(payload))
-            }
+            DeviceInner::Cuda(d) => d.submit(self.index, waits, signals, payload),
         }
     }
 
@@ -234,8 +198,9 @@ impl Queue {
         // A table's buffer from an alloca needs no address yet: its alloca
         // may be issued between now and this execute's issue (which checks
         // it has been).
-        #[cfg(feature = "cuda")]
-        t.each_used(|b| self.check_transient_use(b, false))?;
+        if let DeviceInner::Cuda(d) = &*self.device {
+            t.each_used(|b| d.check_transient_use(b, self.index, false))?;
+        }
         self.execute_table(waits, signals, command_buffers, Some(t))
     }
 
@@ -251,8 +216,9 @@ impl Queue {
         for (i, cb) in command_buffers.iter().enumerate() {
             let r = cb.recording_for_submit()?;
             check_recordings(&self.device, &[r])?;
-            #[cfg(feature = "cuda")]
-            r.each_cuda_transient(|b| self.check_transient_use(b, true))?;
+            if let DeviceInner::Cuda(d) = &*self.device {
+                r.each_cuda_transient(|b| d.check_transient_use(b, self.index, true))?;
+            }
             if table.is_none() && r.has_slots() {
                 return Err(Error::new(
                     ErrorKind::InvalidArgument,
@@ -352,8 +318,7 @@ impl Queue {
             DeviceInner::Cpu { transient, id, .. } => {
                 Buffer::transient(host_mem::TransientPool::alloca(transient, len, *id)?)
             }
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(d) => Buffer::new_cuda_transient(&d.shared.ctx, len, self.index),
+            DeviceInner::Cuda(d) => d.alloca(len, self.index),
         };
         self.submit(waits, signals, Work::Alloca(buffer.clone()))?;
         Ok(buffer)
@@ -394,22 +359,7 @@ impl Queue {
             DeviceInner::Cpu { id, .. } => buffer
                 .host()
                 .is_some_and(|m| m.is_transient() && m.device() == *id),
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(d) => {
-                if let Some(q) = buffer.cuda_transient_queue() {
-                    if buffer.on_context(&d.shared.ctx) && q != self.index {
-                        return Err(Error::new(
-                            ErrorKind::InvalidArgument,
-                            format!(
-                                "dealloca on queue {} of a buffer from queue {q}'s alloca: on a \
-                                 CUDA device it goes back on the queue that allocated it",
-                                self.index
-                            ),
-                        ));
-                    }
-                }
-                buffer.cuda_transient_queue().is_some() && buffer.on_context(&d.shared.ctx)
-            }
+            DeviceInner::Cuda(d) => d.owns_transient(buffer, self.index)?,
         };
         if !ours {
             return Err(Error::new(

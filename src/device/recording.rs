@@ -20,6 +20,7 @@ use std::ptr::NonNull;
 use bumpalo::Bump;
 
 use super::binding::Bound;
+use super::cuda_seam::{used_by_cuda, CudaGraph, CudaLaunch};
 use super::hold::Access;
 use super::Buffer;
 use crate::error::{Error, ErrorKind};
@@ -110,8 +111,7 @@ pub(crate) enum Command {
         /// after `f`, which points to them).
         bindings: Option<NonNull<[Bound]>>,
     },
-    #[cfg(feature = "cuda")]
-    Launch(super::cuda::Launch),
+    Launch(CudaLaunch),
 }
 
 // SAFETY: the pointers are owned data in the recording's arena (update
@@ -185,7 +185,6 @@ impl Command {
                 ErrorKind::Internal,
                 "a dispatch runs as a dispatch task",
             )),
-            #[cfg(feature = "cuda")]
             Command::Launch(_) => Err(Error::new(
                 ErrorKind::FailedPrecondition,
                 "a CUDA kernel cannot run on the CPU device",
@@ -218,14 +217,12 @@ impl Command {
                 }
             }
             Command::Dispatch { bindings: None, .. } => {}
-            #[cfg(feature = "cuda")]
             Command::Launch(_) => {}
         }
     }
 
     /// Calls `f` with each buffer the command names (a kernel launch's
     /// buffer arguments included).
-    #[cfg(feature = "cuda")]
     pub(crate) fn buffers(&self, mut f: impl FnMut(&Buffer)) {
         match self {
             Command::Launch(launch) => launch.buffers().iter().for_each(f),
@@ -241,7 +238,6 @@ impl Command {
     /// `offset` bytes: what a kernel does with its memory is not known,
     /// and, as for its buffer arguments, nothing is checked about it.
     pub(crate) fn slot_accesses(&self, mut f: impl FnMut(usize, Access, usize)) {
-        #[cfg(feature = "cuda")]
         if let Command::Launch(launch) = self {
             for s in launch.slots() {
                 f(s.slot, Access::Read, s.offset);
@@ -304,14 +300,15 @@ impl Command {
         found
     }
 
+    used_by_cuda! {
     /// A command that moves no bytes (skipped by the CUDA device).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn is_empty_op(&self) -> bool {
         match self {
             Command::Fill { len, .. } | Command::Copy { len, .. } => *len == 0,
             Command::Update { data, .. } => data.is_empty(),
             _ => false,
         }
+    }
     }
 }
 
@@ -434,11 +431,9 @@ pub(crate) struct Recording {
     /// How the commands use each binding-table slot.
     slots: [SlotUse; super::binding::MAX_SLOTS],
     /// For a reusable CUDA recording: its graph (`None`: no command).
-    #[cfg(feature = "cuda")]
-    pub(crate) graph: Option<super::cuda::graph::CudaGraph>,
+    pub(crate) graph: Option<CudaGraph>,
     /// Whether a command uses a CUDA buffer from `Queue::alloca` (whose
     /// life each submission checks).
-    #[cfg(feature = "cuda")]
     pub(crate) cuda_transients: bool,
     /// Declared last: dropped after everything that points into it.
     bump: Bump,
@@ -471,9 +466,7 @@ impl Recording {
             stage_open: false,
             holds: None,
             slots: Default::default(),
-            #[cfg(feature = "cuda")]
             graph: None,
-            #[cfg(feature = "cuda")]
             cuda_transients: false,
             bump,
         })
@@ -548,10 +541,10 @@ impl Recording {
         Ok(NonNull::slice_from_raw_parts(at, bytes.len()))
     }
 
+    used_by_cuda! {
     /// A slice of `len` values made by `make`, in the arena. If `make`
     /// fails, the values made so far are dropped. (Kernel parameters and
     /// CUDA graph nodes.)
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn alloc_slice<T>(
         &self,
         len: usize,
@@ -575,6 +568,7 @@ impl Recording {
             }
         }
         Ok(NonNull::slice_from_raw_parts(at, len))
+    }
     }
 
     /// Records `command` at the end (of a new stage after a barrier).
@@ -614,12 +608,13 @@ impl Recording {
             }
         }
         let new_holds = self.new_holds(&command)?;
-        #[cfg(feature = "cuda")]
-        command.buffers(|b| {
-            if b.cuda_transient_queue().is_some() {
-                self.cuda_transients = true;
-            }
-        });
+        if let Target::Cuda(_) = self.pool().target {
+            command.buffers(|b| {
+                if b.cuda_transient_queue().is_some() {
+                    self.cuda_transients = true;
+                }
+            });
+        }
         let node = match self.alloc(Node {
             next: None,
             command,
@@ -753,7 +748,6 @@ impl Recording {
 
     /// Calls `f` with each CUDA buffer from `Queue::alloca` the commands
     /// name (a buffer as often as it is named), until it fails.
-    #[cfg(feature = "cuda")]
     pub(crate) fn each_cuda_transient(
         &self,
         mut f: impl FnMut(&Buffer) -> Result<(), Error>,
@@ -788,7 +782,6 @@ impl Recording {
     /// is returned.
     pub(crate) fn reset(&mut self) -> FirstPanic {
         let mut panicked = FirstPanic::default();
-        #[cfg(feature = "cuda")]
         panicked.run(|| drop(self.graph.take()));
         let mut node = self.first_stage.map(|s| {
             // SAFETY: in our arena.
@@ -805,10 +798,7 @@ impl Recording {
         // SAFETY: the recording's entries, dropped once (then forgotten).
         panicked.run(|| unsafe { drop_holds(holds) });
         self.slots = Default::default();
-        #[cfg(feature = "cuda")]
-        {
-            self.cuda_transients = false;
-        }
+        self.cuda_transients = false;
         self.first_stage = None;
         self.last_stage = None;
         self.stage_count = 0;

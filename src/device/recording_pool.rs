@@ -112,8 +112,18 @@ impl fmt::Debug for RecordingRef {
 #[derive(Clone)]
 pub(crate) enum Target {
     Cpu,
-    #[cfg(feature = "cuda")]
-    Cuda(std::sync::Arc<super::cuda::CudaShared>),
+    Cuda(std::sync::Arc<super::cuda_seam::CudaShared>),
+}
+
+impl Target {
+    /// Whether `buffer` is memory of the device whose recording pool is
+    /// `pool` (a CPU buffer names its device by its recording pool).
+    pub(crate) fn owns(&self, buffer: &super::Buffer, pool: &RecordingPool) -> bool {
+        match self {
+            Target::Cpu => buffer.host_device() == Some(pool as *const RecordingPool as usize),
+            Target::Cuda(shared) => shared.owns(buffer),
+        }
+    }
 }
 
 /// A device's released recordings, handed out again by

@@ -47,7 +47,7 @@ pub struct DeviceStats {
 }
 
 impl DeviceStats {
-    fn add_queue<B: Backend>(&mut self, q: &PendingQueue<B>) {
+    pub(super) fn add_queue<B: Backend>(&mut self, q: &PendingQueue<B>) {
         let QueueStats {
             submitted,
             completed,
@@ -112,12 +112,7 @@ impl Device {
                     }
                 }
             }
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(d) => {
-                for q in &d.queues {
-                    st.add_queue(q);
-                }
-            }
+            DeviceInner::Cuda(d) => d.add_stats(&mut st),
         }
         st
     }
@@ -144,8 +139,7 @@ impl Device {
             DeviceInner::Cpu { executor, .. } => {
                 executor.as_ref().map_or(0, |e| e.shared.slots.len())
             }
-            #[cfg(feature = "cuda")]
-            DeviceInner::Cuda(d) => 2 * d.queues.len(),
+            DeviceInner::Cuda(d) => 2 * d.queue_count(),
         };
         // Room for the threads that submit, signal and wait besides.
         crate::trace::start(events_per_thread, threads + 16)

@@ -11,6 +11,7 @@ use std::ptr::NonNull;
 
 use super::binding::{SlotView, SlotViews, MAX_SLOTS};
 use super::buffer::HostMem;
+use super::cuda_seam::used_by_cuda;
 use super::hold::Access;
 use super::recording::Recording;
 use super::Buffer;
@@ -62,14 +63,8 @@ fn pool() -> &'static BlockPool {
 
 /// Whether `buffer` is memory of the device `recording` was made for.
 fn same_device(buffer: &Buffer, recording: &Recording) -> bool {
-    match &recording.pool().target {
-        super::recording::Target::Cpu => {
-            let pool: *const super::recording::RecordingPool = &**recording.pool();
-            buffer.host_device() == Some(pool as usize)
-        }
-        #[cfg(feature = "cuda")]
-        super::recording::Target::Cuda(shared) => buffer.on_context(&shared.ctx),
-    }
+    let pool = recording.pool();
+    pool.target.owns(buffer, pool)
 }
 
 fn invalid(message: String) -> Error {
@@ -177,17 +172,17 @@ impl SlotTable {
         unsafe { &raw const (*self.0.as_ptr()).views }
     }
 
+    used_by_cuda! {
     /// The buffer in slot `slot`.
-    #[cfg(feature = "cuda")]
     pub(crate) fn buffer(&self, slot: usize) -> Option<&Buffer> {
         // SAFETY: the block lives while `self` does.
         let block = unsafe { self.0.as_ref() };
         block.buffers.get(slot)?.as_ref()
     }
+    }
 
     /// Calls `f` with the buffer of each slot the submission uses, until
     /// it fails.
-    #[cfg(feature = "cuda")]
     pub(crate) fn each_used(
         &self,
         mut f: impl FnMut(&Buffer) -> Result<(), Error>,

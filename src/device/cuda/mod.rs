@@ -16,11 +16,13 @@
 //! - Completion runs on a per-queue thread, never inside a CUDA callback
 //!   (see [`CompletionMode`]).
 
+mod api;
 mod backend;
 mod completer;
 pub(crate) mod driver;
 pub(crate) mod graph;
 mod kernel;
+mod seam;
 
 use std::sync::Arc;
 

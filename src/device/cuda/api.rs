@@ -1,0 +1,117 @@
+//! The public surface that exists only with the `cuda` feature: opening a
+//! CUDA device, loading kernels, recording launches. (Generic device code
+//! reaches the backend through `device::cuda_seam` instead.)
+
+use std::sync::Arc;
+
+use super::{CudaConfig, CudaDevice, Kernel, KernelArg, Launch};
+use crate::device::recording::{Command, RecordingPool, Target};
+use crate::device::{CommandBuffer, Device, DeviceInner};
+use crate::error::{Error, ErrorKind};
+
+impl Device {
+    /// CUDA device `ordinal` with default settings (feature `cuda`).
+    ///
+    /// Never panics: a missing driver or GPU is an error.
+    ///
+    /// # Errors
+    ///
+    /// - [`Unavailable`](ErrorKind::Unavailable), with the reason, when no
+    ///   driver library can be loaded, a driver symbol fenceline needs is
+    ///   missing, `cuInit` fails, the ordinal does not exist (or the driver
+    ///   cannot retain its context), or the driver binding panics.
+    /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if a queue's
+    ///   completion thread cannot be spawned or the event pool's memory
+    ///   cannot be had.
+    /// - [`Internal`](ErrorKind::Internal) if the driver fails to create a
+    ///   queue's stream or an event.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::{Device, ErrorKind};
+    ///
+    /// match Device::cuda(0) {
+    ///     Ok(device) => {
+    ///         let buf = device.buffer(256)?;
+    ///         assert_eq!(buf.len(), 256);
+    ///     }
+    ///     // No driver or no GPU (as on CI): an error, not a panic.
+    ///     Err(e) => assert_eq!(e.kind(), ErrorKind::Unavailable),
+    /// }
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn cuda(ordinal: usize) -> Result<Device, Error> {
+        Device::cuda_with(ordinal, CudaConfig::default())
+    }
+
+    /// CUDA device `ordinal` shaped by `config` (feature `cuda`).
+    ///
+    /// Errors: as [`cuda`](Self::cuda); `InvalidArgument` for 0 queues or
+    /// 0 events.
+    pub fn cuda_with(ordinal: usize, config: CudaConfig) -> Result<Device, Error> {
+        let device = CudaDevice::open(ordinal, config)?;
+        let target = Target::Cuda(device.shared.clone());
+        Ok(Device {
+            inner: Arc::new(DeviceInner::Cuda(device)),
+            recordings: crate::sync::Arc::new(RecordingPool::new(target)),
+        })
+    }
+
+    /// Loads `ptx` (PTX text) and returns its entry point `name` (feature
+    /// `cuda`).
+    ///
+    /// Errors: `FailedPrecondition` on the CPU device (it runs
+    /// [`dispatch`](crate::CommandBuffer::dispatch) closures instead);
+    /// `InvalidArgument` if the PTX does not load or has no such entry.
+    pub fn load_kernel(&self, ptx: &str, name: &str) -> Result<Kernel, Error> {
+        match &*self.inner {
+            DeviceInner::Cpu { .. } => Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "the CPU device has no kernels: record a dispatch closure",
+            )),
+            DeviceInner::Cuda(d) => Kernel::load(&d.shared.ctx, ptx, name),
+        }
+    }
+}
+
+impl CommandBuffer {
+    /// Launches `kernel` over `grid` blocks of `block` threads with
+    /// `shared_mem` bytes of dynamic shared memory and `args` as its
+    /// parameters (feature `cuda`).
+    ///
+    /// A [`KernelArg::Slot`](crate::KernelArg::Slot) argument is resolved
+    /// per submission from the binding table of
+    /// [`Queue::execute_with`](crate::Queue::execute_with) (a command
+    /// buffer with one cannot be submitted with `execute`).
+    ///
+    /// Errors: `FailedPrecondition` on a CPU device's command buffer, or
+    /// for a buffer from `Queue::alloca` before its alloca ran or after its
+    /// dealloca ran; `InvalidArgument` for a zero dimension, a kernel or
+    /// buffer of another device, a slot of `MAX_SLOTS` or more, or more
+    /// than 64 parameters in a launch with a slot argument.
+    pub fn launch(
+        &mut self,
+        kernel: &Kernel,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        args: &[KernelArg<'_>],
+    ) -> Result<(), Error> {
+        let Target::Cuda(shared) = &self.recording.pool().target else {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "kernel launch recorded for the CPU device: record a dispatch",
+            ));
+        };
+        if !Arc::ptr_eq(kernel.context(), &shared.ctx) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "kernel belongs to another device than the command buffer",
+            ));
+        }
+        let recording = self.recording_mut()?;
+        let launch = Launch::new(recording, kernel, grid, block, shared_mem, args)?;
+        self.record(Command::Launch(launch))
+    }
+}

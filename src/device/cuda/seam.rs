@@ -1,0 +1,180 @@
+//! What generic device code calls on the CUDA backend (the other side of
+//! `device::cuda_seam`, whose CPU-only build has the same methods on
+//! types with no values).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::driver::DeviceMem;
+use super::graph::{self, CudaGraph};
+use super::{CudaDevice, CudaPayload, CudaShared};
+use crate::device::hold::Life;
+use crate::device::recording::Recording;
+use crate::device::stats::DeviceStats;
+use crate::device::work::Work;
+use crate::device::Buffer;
+use crate::error::{Error, ErrorKind};
+use crate::semaphore::Semaphore;
+
+impl CudaDevice {
+    /// Queues (streams) of the device.
+    pub(crate) fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Events created so far (each once, then reused).
+    pub(crate) fn events_created(&self) -> usize {
+        self.shared.events.created()
+    }
+
+    /// Waits met on the GPU so far.
+    pub(crate) fn device_waits_issued(&self) -> u64 {
+        self.shared.device_waits.load(Ordering::Relaxed)
+    }
+
+    /// A buffer of `len` zeroed bytes of device memory.
+    pub(crate) fn buffer(&self, len: usize) -> Result<Buffer, Error> {
+        if len == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "buffer length 0: must be at least 1",
+            ));
+        }
+        Ok(Buffer::cuda_mem(DeviceMem::zeroed(&self.shared.ctx, len)?))
+    }
+
+    /// The buffer of an alloca on queue `queue`: no memory until the
+    /// alloca's action is issued.
+    pub(crate) fn alloca(&self, len: usize, queue: usize) -> Buffer {
+        Buffer::cuda_mem(DeviceMem::transient(&self.shared.ctx, len, queue))
+    }
+
+    /// Submits `work` to queue `queue`.
+    pub(crate) fn submit(
+        &self,
+        queue: usize,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        work: Work,
+    ) -> Result<(), Error> {
+        self.queues[queue].submit(waits, signals, CudaPayload::new(work))
+    }
+
+    /// Whether recordings for `shared` are this device's.
+    pub(crate) fn is(&self, shared: &CudaShared) -> bool {
+        Arc::ptr_eq(&shared.ctx, &self.shared.ctx)
+    }
+
+    /// Checks a buffer a submission to queue `queue` uses: a buffer from
+    /// `Queue::alloca` must be that queue's (its stream orders every use)
+    /// and its dealloca must not have run; one a recording names
+    /// (`recorded`) has had its alloca run. Checked again at issue.
+    pub(crate) fn check_transient_use(
+        &self,
+        buffer: &Buffer,
+        queue: usize,
+        recorded: bool,
+    ) -> Result<(), Error> {
+        let Some(t) = buffer.cuda().and_then(|m| m.transient.as_ref()) else {
+            return Ok(());
+        };
+        if t.queue != queue {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "a buffer from queue {}'s alloca used on queue {queue}: on a CUDA device \
+                     such a buffer is used only on the queue that allocated it",
+                    t.queue
+                ),
+            ));
+        }
+        if recorded {
+            return buffer.device_ptr().map(drop);
+        }
+        if t.life.life() == Life::Gone {
+            return Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                format!(
+                    "a binding table holds a buffer from Queue::alloca ({} bytes) whose \
+                     dealloca ran",
+                    buffer.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `buffer` came from this device's alloca, for a dealloca on
+    /// queue `queue` (`InvalidArgument` if it came from another queue's).
+    pub(crate) fn owns_transient(&self, buffer: &Buffer, queue: usize) -> Result<bool, Error> {
+        let Some(q) = buffer.cuda_transient_queue() else {
+            return Ok(false);
+        };
+        if !self.shared.owns(buffer) {
+            return Ok(false);
+        }
+        if q != queue {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "dealloca on queue {queue} of a buffer from queue {q}'s alloca: on a CUDA \
+                     device it goes back on the queue that allocated it"
+                ),
+            ));
+        }
+        Ok(true)
+    }
+
+    /// Adds the queues' counts to `stats`.
+    pub(crate) fn add_stats(&self, stats: &mut DeviceStats) {
+        for q in &self.queues {
+            stats.add_queue(q);
+        }
+    }
+
+    /// The device's drop: frees the queues, and waits for their work to
+    /// drain unless called from inside it (an issue pass, a completion
+    /// thread), where the last queue state to go finishes the teardown.
+    pub(crate) fn tear_down(&mut self) {
+        let inside = crate::queue::in_issue_pass() || self.on_completion_thread();
+        self.queues.clear();
+        if !inside {
+            self.teardown.wait_drained();
+        }
+    }
+}
+
+impl CudaShared {
+    /// Whether `buffer` is memory of this device.
+    pub(crate) fn owns(&self, buffer: &Buffer) -> bool {
+        buffer.on_context(&self.ctx)
+    }
+
+    /// The graph of an ending recording: instantiated for a reusable one,
+    /// `None` for a one-shot one (launched command by command).
+    pub(crate) fn graph(&self, recording: &Recording) -> Result<Option<CudaGraph>, Error> {
+        if recording.is_one_shot() {
+            return Ok(None);
+        }
+        graph::build(&self.ctx, &self.pinned, recording)
+    }
+}
+
+impl Buffer {
+    /// Whether this is device memory of context `ctx`.
+    pub(crate) fn on_context(&self, ctx: &Arc<super::driver::Context>) -> bool {
+        self.cuda().is_some_and(|m| Arc::ptr_eq(&m.ctx, ctx))
+    }
+}
+
+impl DeviceMem {
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The queue of memory from `Queue::alloca` (`None` for any other).
+    pub(crate) fn transient_queue(&self) -> Option<usize> {
+        self.transient.as_ref().map(|t| t.queue)
+    }
+}
