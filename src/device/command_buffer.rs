@@ -13,7 +13,8 @@
 
 use std::fmt;
 
-use super::recording::{Command, RecordingPool, RecordingRef, Target};
+use super::command::Command;
+use super::recording::{RecordingPool, RecordingRef, Target};
 use super::Buffer;
 use crate::error::{Error, ErrorKind};
 use crate::sync::Arc;
@@ -349,10 +350,10 @@ impl CommandBuffer {
         }
         crate::task::tile_count(grid)?;
         let f = self.recording_mut()?.alloc(f)?;
-        let run: super::recording::RunTiles = super::recording::run_tiles_of::<F>;
+        let run: super::command::RunTiles = super::command::run_tiles_of::<F>;
         // An unsized coercion of the pointer: the closure stays in the
         // recording's arena, owned by the command.
-        let f: std::ptr::NonNull<dyn super::recording::Recorded> = f;
+        let f: std::ptr::NonNull<dyn super::command::Recorded> = f;
         self.record(Command::Dispatch {
             grid,
             f,
@@ -449,7 +450,7 @@ impl CommandBuffer {
         // The tiles reach the bindings through this value (see
         // `run_bound_tiles_of`): the command drops it before the bindings.
         let dispatch = super::binding::BoundDispatch { f, bound };
-        let run: super::recording::RunTiles = super::binding::run_bound_tiles_of::<F>;
+        let run: super::command::RunTiles = super::binding::run_bound_tiles_of::<F>;
         let f = match recording.alloc(dispatch) {
             Ok(f) => f,
             Err(e) => {
@@ -458,7 +459,7 @@ impl CommandBuffer {
                 return Err(e);
             }
         };
-        let f: std::ptr::NonNull<dyn super::recording::Recorded> = f;
+        let f: std::ptr::NonNull<dyn super::command::Recorded> = f;
         self.record(Command::Dispatch {
             grid,
             f,

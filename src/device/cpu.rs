@@ -3,7 +3,7 @@
 
 use super::teardown::QueueToken;
 use super::Work;
-use crate::device::recording::{Command, RunTiles};
+use crate::device::command::{Command, RunTiles};
 use crate::error::Error;
 use crate::list::{SList, TransferStack};
 use crate::pool::BlockCache;

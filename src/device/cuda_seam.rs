@@ -34,7 +34,8 @@ pub(crate) use used_by_cuda;
 /// with no values, and the methods it calls, which cannot be reached.
 #[cfg(not(feature = "cuda"))]
 mod absent {
-    use crate::device::recording::{Command, Recording};
+    use crate::device::command::Command;
+    use crate::device::recording::Recording;
     use crate::device::stats::DeviceStats;
     use crate::device::work::Work;
     use crate::device::Buffer;

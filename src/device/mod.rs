@@ -9,6 +9,7 @@
 
 mod binding;
 mod buffer;
+mod command;
 mod command_buffer;
 mod cpu;
 #[cfg(feature = "cuda")]

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use super::{CudaConfig, CudaDevice, Kernel, KernelArg, Launch};
-use crate::device::recording::{Command, RecordingPool, Target};
+use crate::device::command::Command;
+use crate::device::recording::{RecordingPool, Target};
 use crate::device::{CommandBuffer, Device, DeviceInner};
 use crate::error::{Error, ErrorKind};
 

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use super::driver::{check, Context, GraphExec, PinnedMem};
-use crate::device::recording::{Command, Recording};
+use crate::device::command::Command;
+use crate::device::recording::Recording;
 use crate::device::table::SlotTable;
 use crate::error::{Error, ErrorKind};
 
