@@ -3,8 +3,8 @@
 //! kernel) allocate nothing in fenceline, on any thread, with either
 //! completion path. The simulated driver is a separate library with its
 //! own allocator: its allocations are its own business and not counted.
-//! Also fresh recordings every frame, and submissions through a binding
-//! table.
+//! Also fresh recordings every frame, submissions through a binding
+//! table, and frames of alloca, launch and dealloca.
 #![cfg(feature = "cuda")]
 
 use std::time::Duration;
@@ -253,6 +253,64 @@ fn table_submissions_allocate_nothing() {
     assert_eq!(cuda::misuse_count(), 0, "{}", cuda::last_misuse());
 }
 
+/// Frames of queue-ordered memory: an `alloca`, a kernel launch on it
+/// through a binding table, a host read, a `dealloca`. After warm-up, 5k
+/// frames allocate nothing in fenceline: each alloca'd buffer's handle
+/// comes from the device's handle pool, and the memory from the driver's
+/// stream-ordered pool (`cuMemAllocAsync`). Fails with the handle made by
+/// `CudaRef::boxed` instead of `HandlePool::handle` in
+/// `CudaDevice::alloca` (one allocation a frame).
+fn alloca_frames_allocate_nothing() {
+    let Some(device) = cuda::device_with(CudaConfig::default()) else {
+        return;
+    };
+    cuda::register_test_kernels();
+    let kernel = device
+        .load_kernel(cuda::COUNT_PTX, "fenceline_count")
+        .unwrap();
+    let queue = device.queue(0).unwrap();
+    let mut cb = device.command_buffer().unwrap();
+    cb.launch(&kernel, [2, 1, 1], [1, 1, 1], 0, &[KernelArg::Slot(0, 0)])
+        .unwrap();
+    cb.end().unwrap();
+    let done = Semaphore::new(0);
+    let mut n = 0u64;
+    let mut run = |frames: u64| {
+        for _ in 0..frames {
+            let tmp = queue.alloca(&[(&done, n)], &[(&done, n + 1)], 64).unwrap();
+            queue
+                .execute_with(&[(&done, n + 1)], &[(&done, n + 2)], &[&cb], &[&tmp])
+                .unwrap();
+            done.wait(n + 2, Duration::from_secs(10)).unwrap();
+            let mut v = [0u8; 4];
+            tmp.read(0, &mut v).unwrap();
+            if cuda::is_sim() {
+                assert_eq!(
+                    u32::from_le_bytes(v),
+                    2,
+                    "a fresh alloca is zeroed, then counted"
+                );
+            }
+            queue
+                .dealloca(&[(&done, n + 2)], &[(&done, n + 3)], &tmp)
+                .unwrap();
+            n += 3;
+        }
+        done.wait(n, Duration::from_secs(10)).unwrap();
+    };
+    run(2_000);
+    let before = common::keep_sizes();
+    run(5_000);
+    let allocations = common::allocations() - before;
+    assert_eq!(
+        allocations,
+        0,
+        "5k alloca frames allocated {allocations} times (sizes {:?})",
+        common::sizes_since(before)
+    );
+    assert_eq!(cuda::misuse_count(), 0, "{}", cuda::last_misuse());
+}
+
 /// The checks above, one after another in this binary's only test: the
 /// allocation count is process-wide, and a second test's thread, started
 /// late on a busy machine, allocates on itself before its body runs
@@ -283,4 +341,5 @@ fn one_check_after_another() {
     execute_allocates_nothing();
     fresh_recordings_every_frame_allocate_nothing();
     table_submissions_allocate_nothing();
+    alloca_frames_allocate_nothing();
 }

@@ -10,9 +10,8 @@
 //! a conflicting user fails instead of touching them.
 
 use std::fmt;
-use std::sync::Arc;
 
-use super::cuda_seam::{used_by_cuda, CudaMem};
+use super::cuda_seam::{used_by_cuda, CudaMem, CudaRef};
 use super::hold::Access;
 pub(crate) use super::host_mem::{conflict, HostMem, HostRef};
 use crate::error::{Error, ErrorKind};
@@ -39,7 +38,7 @@ pub struct Buffer {
 #[derive(Clone)]
 enum Mem {
     Host(HostRef),
-    Cuda(Arc<CudaMem>),
+    Cuda(CudaRef),
 }
 
 impl fmt::Debug for Buffer {
@@ -72,9 +71,9 @@ impl Buffer {
     used_by_cuda! {
     /// A CUDA buffer over `mem` (zeroed memory, or an alloca's, which
     /// has none until its action is issued).
-    pub(crate) fn cuda_mem(mem: CudaMem) -> Buffer {
+    pub(crate) fn cuda_mem(mem: CudaRef) -> Buffer {
         Buffer {
-            mem: Mem::Cuda(Arc::new(mem)),
+            mem: Mem::Cuda(mem),
         }
     }
     }
@@ -247,7 +246,7 @@ impl Buffer {
     pub(crate) fn same(&self, other: &Buffer) -> bool {
         match (&self.mem, &other.mem) {
             (Mem::Host(a), Mem::Host(b)) => HostRef::ptr_eq(a, b),
-            (Mem::Cuda(a), Mem::Cuda(b)) => Arc::ptr_eq(a, b),
+            (Mem::Cuda(a), Mem::Cuda(b)) => CudaRef::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -256,7 +255,7 @@ impl Buffer {
     pub(crate) fn id(&self) -> *const () {
         match &self.mem {
             Mem::Host(m) => HostRef::as_ptr(m).cast(),
-            Mem::Cuda(m) => Arc::as_ptr(m).cast(),
+            Mem::Cuda(m) => CudaRef::as_ptr(m).cast(),
         }
     }
 

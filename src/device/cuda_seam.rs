@@ -14,10 +14,12 @@ pub(crate) use super::cuda::driver::DeviceMem as CudaMem;
 #[cfg(feature = "cuda")]
 pub(crate) use super::cuda::graph::CudaGraph;
 #[cfg(feature = "cuda")]
+pub(crate) use super::cuda::mem_ref::CudaRef;
+#[cfg(feature = "cuda")]
 pub(crate) use super::cuda::{CudaDevice, CudaShared, Launch as CudaLaunch};
 
 #[cfg(not(feature = "cuda"))]
-pub(crate) use absent::{CudaDevice, CudaGraph, CudaLaunch, CudaMem, CudaShared};
+pub(crate) use absent::{CudaDevice, CudaGraph, CudaLaunch, CudaMem, CudaRef, CudaShared};
 
 /// Marks an item of a generic device file that only the CUDA backend
 /// uses (an arena helper, a table lookup): without the feature nothing
@@ -48,6 +50,8 @@ mod absent {
     pub(crate) enum CudaShared {}
     /// CUDA device memory.
     pub(crate) enum CudaMem {}
+    /// A counted handle to CUDA device memory.
+    pub(crate) enum CudaRef {}
     /// A recorded kernel launch.
     pub(crate) enum CudaLaunch {}
     /// A recording's instantiated CUDA graph.
@@ -76,7 +80,7 @@ mod absent {
         pub(crate) fn buffer(&self, _len: usize) -> Result<Buffer, Error> {
             match *self {}
         }
-        pub(crate) fn alloca(&self, _len: usize, _queue: usize) -> Buffer {
+        pub(crate) fn alloca(&self, _len: usize, _queue: usize) -> Result<Buffer, Error> {
             match *self {}
         }
         pub(crate) fn submit(
@@ -120,6 +124,28 @@ mod absent {
         }
         pub(crate) fn graph(&self, _recording: &Recording) -> Result<Option<CudaGraph>, Error> {
             match *self {}
+        }
+    }
+
+    impl Clone for CudaRef {
+        fn clone(&self) -> CudaRef {
+            match *self {}
+        }
+    }
+
+    impl std::ops::Deref for CudaRef {
+        type Target = CudaMem;
+        fn deref(&self) -> &CudaMem {
+            match *self {}
+        }
+    }
+
+    impl CudaRef {
+        pub(crate) fn ptr_eq(a: &CudaRef, _b: &CudaRef) -> bool {
+            match *a {}
+        }
+        pub(crate) fn as_ptr(this: &CudaRef) -> *const CudaMem {
+            match *this {}
         }
     }
 

@@ -318,7 +318,7 @@ impl Queue {
             DeviceInner::Cpu { transient, id, .. } => {
                 Buffer::transient(host_mem::TransientPool::alloca(transient, len, *id)?)
             }
-            DeviceInner::Cuda(d) => d.alloca(len, self.index),
+            DeviceInner::Cuda(d) => d.alloca(len, self.index)?,
         };
         self.submit(waits, signals, Work::Alloca(buffer.clone()))?;
         Ok(buffer)

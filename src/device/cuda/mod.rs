@@ -22,6 +22,7 @@ mod completer;
 pub(crate) mod driver;
 pub(crate) mod graph;
 mod kernel;
+pub(crate) mod mem_ref;
 mod seam;
 
 use std::sync::Arc;
@@ -73,6 +74,8 @@ pub(crate) struct CudaShared {
     pub(crate) pinned: Arc<PinnedPool>,
     /// Waits met on the GPU so far (`cuStreamWaitEvent` calls).
     pub(crate) device_waits: std::sync::atomic::AtomicU64,
+    /// Handles of `Queue::alloca`'s buffers, reused.
+    pub(crate) handles: Arc<mem_ref::HandlePool>,
 }
 
 /// The CUDA side of a `Device`.
@@ -119,6 +122,7 @@ impl CudaDevice {
             events,
             pinned: Arc::default(),
             device_waits: Default::default(),
+            handles: Arc::new(mem_ref::HandlePool::new()?),
         });
         let teardown = Teardown::new(config.queues);
         let queues = (0..config.queues)

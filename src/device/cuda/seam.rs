@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::driver::DeviceMem;
 use super::graph::{self, CudaGraph};
+use super::mem_ref::{CudaRef, HandlePool};
 use super::{CudaDevice, CudaPayload, CudaShared};
 use crate::device::hold::Life;
 use crate::device::recording::Recording;
@@ -40,13 +41,20 @@ impl CudaDevice {
                 "buffer length 0: must be at least 1",
             ));
         }
-        Ok(Buffer::cuda_mem(DeviceMem::zeroed(&self.shared.ctx, len)?))
+        Ok(Buffer::cuda_mem(CudaRef::boxed(DeviceMem::zeroed(
+            &self.shared.ctx,
+            len,
+        )?)))
     }
 
     /// The buffer of an alloca on queue `queue`: no memory until the
-    /// alloca's action is issued.
-    pub(crate) fn alloca(&self, len: usize, queue: usize) -> Buffer {
-        Buffer::cuda_mem(DeviceMem::transient(&self.shared.ctx, len, queue))
+    /// alloca's action is issued; its handle from the device's pool.
+    pub(crate) fn alloca(&self, len: usize, queue: usize) -> Result<Buffer, Error> {
+        let mem = DeviceMem::transient(&self.shared.ctx, len, queue);
+        Ok(Buffer::cuda_mem(HandlePool::handle(
+            &self.shared.handles,
+            mem,
+        )?))
     }
 
     /// Submits `work` to queue `queue`.
