@@ -4,8 +4,10 @@
 //! simulated driver (`cudasim/`, built as a dev-dependency into
 //! `target/*/deps/libfenceline_cudasim.so`) is loaded by path first. Its
 //! soname is `libcuda.so`, so cudarc's `dlopen("libcuda.so")` then finds
-//! it. `FENCELINE_CUDA=sim` or `=real` forces one; `FENCELINE_CUDA_SIM`
-//! names the library file.
+//! it. `FENCELINE_CUDA=sim` or `=real` forces one, and then a driver that
+//! cannot be had fails the test instead of skipping it (a check that
+//! cannot run must not pass); `FENCELINE_CUDA_SIM` names the library
+//! file.
 #![allow(dead_code)]
 
 use std::ffi::{c_char, c_void, CString};
@@ -58,6 +60,13 @@ pub fn driver() -> Result<&'static Driver, &'static str> {
         _ if real_present() => Ok(Driver::Real),
         _ => load_sim(),
     });
+    // The variable is read only on failure: reading it allocates, and the
+    // zero-allocation tests ask for the driver inside their windows.
+    if let Err(reason) = d {
+        if let Ok(forced) = std::env::var("FENCELINE_CUDA") {
+            panic!("FENCELINE_CUDA={forced}, but {reason}");
+        }
+    }
     d.as_ref().map_err(|e| e.as_str())
 }
 
