@@ -47,6 +47,21 @@ impl TaskContext {
         &self.0.shared
     }
 
+    /// Whether a ready task of a higher priority than `level` waits, on an
+    /// executor with levels (always `false` without): a task of `level`
+    /// that can stop early (a dispatch shard between tile ranges) yields
+    /// to it.
+    #[inline]
+    pub(crate) fn outranked(&self, level: u8) -> bool {
+        self.0.levels() && self.0.outranked(level)
+    }
+
+    /// Whether the executor has priority levels.
+    #[inline]
+    pub(crate) fn levels(&self) -> bool {
+        self.0.levels()
+    }
+
     /// Counts `task`, new and ready, among the executor's live tasks and
     /// [`push`](Self::push)es it.
     #[inline]

@@ -75,6 +75,14 @@ mod model {
     }
 
     impl<T> Stealer<T> {
+        /// Whether the deque looked empty (a hint, as crossbeam's).
+        pub(crate) fn is_empty(&self) -> bool {
+            self.items
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+        }
+
         /// Takes about half of the items (the oldest), moves all but one
         /// into `dest` and returns that one.
         pub(crate) fn steal_batch_and_pop(&self, dest: &Worker<T>) -> Steal<T> {

@@ -7,6 +7,8 @@ use super::deque::Worker as Deque;
 use super::graph::Graph;
 use super::scope::Scope;
 use super::worker::{ExecutorState, TurnRunner, Worker};
+#[cfg(doc)]
+use super::Priority;
 use crate::error::{Error, ErrorKind};
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{liveness, started, Arc};
@@ -80,24 +82,57 @@ impl Executor {
     /// # Ok::<(), fenceline::Error>(())
     /// ```
     pub fn new(config: ExecutorConfig) -> Result<Executor, Error> {
-        Self::start(config, 0, None)
+        Self::start(config, 0, None, false)
+    }
+
+    /// An executor with priority levels: the tasks of a graph given a
+    /// [`Priority`] ([`Graph::set_priority`]) are taken by idle and
+    /// finishing workers before those of lower ones (the rules of
+    /// [`Priority`], fairness turns included). [`new`](Self::new)'s
+    /// executor ignores priorities, and pays nothing for them.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fenceline::task::{Executor, ExecutorConfig, Scope};
+    /// use fenceline::Priority;
+    ///
+    /// let exec = Executor::with_priorities(ExecutorConfig { workers: 1, ..Default::default() })?;
+    /// let scope = Scope::new();
+    /// let mut g = exec.graph(&scope);
+    /// g.set_priority(Priority::High);
+    /// g.call(|_| Ok(()))?;
+    /// g.submit();
+    /// scope.wait_idle(Duration::from_secs(5))?;
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn with_priorities(config: ExecutorConfig) -> Result<Executor, Error> {
+        Self::start(config, 0, None, true)
     }
 
     /// An executor whose workers also run issuer turns offered through
     /// `turns` slots ([`ExecutorState::offer_turn`]) with `run_turn`: a
     /// CPU device's, one slot per queue.
+    /// With `levels`, the executor has priority levels (as
+    /// [`with_priorities`](Self::with_priorities)'s).
     pub(crate) fn with_turns(
         config: ExecutorConfig,
         turns: usize,
         run_turn: TurnRunner,
+        levels: bool,
     ) -> Result<Executor, Error> {
-        Self::start(config, turns, Some(run_turn))
+        Self::start(config, turns, Some(run_turn), levels)
     }
 
     fn start(
         config: ExecutorConfig,
         turns: usize,
         run_turn: Option<TurnRunner>,
+        levels: bool,
     ) -> Result<Executor, Error> {
         let workers = match config.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -108,6 +143,7 @@ impl Executor {
         let shared = Arc::new(ExecutorState::new(
             workers,
             config.spin,
+            levels,
             stealers,
             turns,
             run_turn,
@@ -180,7 +216,7 @@ impl Executor {
         turns: usize,
         run_turn: unsafe fn(std::ptr::NonNull<()>),
     ) -> Result<Executor, Error> {
-        Self::with_turns(config, turns, run_turn)
+        Self::with_turns(config, turns, run_turn, false)
     }
 
     /// Offers a turn through slot `slot` (empty; not from a worker):

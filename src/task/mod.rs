@@ -15,6 +15,7 @@ mod executor;
 mod graph;
 mod join_count;
 mod kind;
+pub(crate) mod priority;
 mod scope;
 mod sleep;
 #[allow(clippy::module_inception)]
@@ -26,6 +27,8 @@ pub(crate) use kind::{run_tiles, Tiles};
 pub(crate) use worker::{ExecutorState, Hop, TaskPool};
 
 pub use executor::{Executor, ExecutorConfig};
+pub use priority::Priority;
+
 pub(crate) use graph::submit_finally;
 pub use graph::{Graph, TaskId};
 pub use kind::{CallContext, CALL_INLINE_BYTES, DISPATCH_INLINE_BYTES, FINALLY_INLINE_BYTES};

@@ -82,6 +82,10 @@ pub(crate) struct Task {
     pub(crate) counted: bool,
     /// How many times the payload ran (nested calls, dispatch phases).
     pub(crate) runs: Cell<u8>,
+    /// The [`Priority`](super::Priority) level of the task's queue
+    /// (`Priority::level`): where it waits while ready on an executor
+    /// with levels. Set before the task is first ready, then only read.
+    pub(crate) priority: Cell<u8>,
     /// Creation order within its graph: edges go from lower to higher,
     /// which keeps every graph acyclic.
     pub(crate) seq: Cell<u32>,
@@ -173,6 +177,14 @@ impl Task {
         }
         #[cfg(not(all(target_arch = "x86_64", not(miri), not(fenceline_loom))))]
         let _ = task;
+    }
+
+    /// The task's priority level (see the field).
+    #[inline]
+    pub(crate) fn level(task: NonNull<Task>) -> u8 {
+        // SAFETY: a live task (the caller owns it or holds it in a queue);
+        // the level is written before the task is first ready, never after.
+        unsafe { task.as_ref() }.priority.get()
     }
 
     /// One predecessor finished: `true` if this made the task ready.

@@ -34,6 +34,12 @@ impl TileCounter {
         self.total
     }
 
+    /// Tiles not claimed yet (exact once the claimers are done: the
+    /// dispatch reads it after its shards finished).
+    pub fn left(&self) -> u64 {
+        self.total.saturating_sub(self.next.load(Ordering::Relaxed))
+    }
+
     /// Claims the next range, or `None` when every tile is claimed. A CAS
     /// loop (the claim's size depends on where the counter stands; the
     /// counter never passes `total`). Relaxed: the counter only partitions

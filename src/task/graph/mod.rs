@@ -15,7 +15,7 @@ use super::task::{QueueLink, Task, TaskPtr};
 use super::worker::{
     drop_payload, release_block, set_prefetch_hint, ExecutorState, TaskPool, CHUNK, PREFETCH_AHEAD,
 };
-use super::Tile;
+use super::{Priority, Tile};
 use crate::error::{Error, ErrorKind};
 use crate::list::{Handle, SList};
 use crate::pool::{BlockCache, BlockPool, BlockSource, RawBlock};
@@ -119,6 +119,9 @@ pub struct Graph<'e> {
     recent: [Option<TaskPtr>; PREFETCH_AHEAD],
     /// Task blocks for this graph.
     cache: GraphBlocks<'e>,
+    /// The priority level of the tasks made from here on
+    /// (`Priority::level`).
+    priority: u8,
 }
 
 impl fmt::Debug for Graph<'_> {
@@ -155,7 +158,18 @@ impl<'e> Graph<'e> {
             barriers: 0,
             recent: [None; PREFETCH_AHEAD],
             cache,
+            priority: Priority::Normal.level(),
         }
+    }
+
+    /// The priority of the tasks made from here on (`Normal` until set):
+    /// on an executor with levels ([`Executor::with_priorities`](super::Executor::with_priorities),
+    /// a device with queues of several priorities) they are taken before
+    /// lower-priority tasks, as [`Priority`] says; elsewhere it is
+    /// ignored. A task a running task makes (a call's child, a dispatch's
+    /// shard) has its maker's priority.
+    pub fn set_priority(&mut self, priority: Priority) {
+        self.priority = priority.level();
     }
 
     /// A graph on `exec` that takes its task blocks from `cache` (and
@@ -237,7 +251,7 @@ impl<'e> Graph<'e> {
 
     /// A task that does nothing (a join point).
     pub fn nop(&mut self) -> Result<TaskId, Error> {
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), || Nop);
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), self.priority, || Nop);
         self.adopt(t)
     }
 
@@ -251,7 +265,7 @@ impl<'e> Graph<'e> {
     where
         F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
     {
-        let t = make_call(&mut self.cache, self.scope.as_ptr(), f);
+        let t = make_call(&mut self.cache, self.scope.as_ptr(), self.priority, f);
         self.adopt(t)
     }
 
@@ -275,7 +289,7 @@ impl<'e> Graph<'e> {
     where
         F: FnOnce(Result<(), Error>) + Send + 'static,
     {
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), || {
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), self.priority, || {
             FinallyPayload::new(f)
         });
         self.adopt(t)
@@ -326,6 +340,7 @@ impl<'e> Graph<'e> {
         let t = new_task(
             &mut self.cache,
             self.scope.as_ptr(),
+            self.priority,
             BarrierPayload::default,
         );
         self.adopt(t)
@@ -338,7 +353,9 @@ impl<'e> Graph<'e> {
         let payload = FencePayload {
             signal: signal.map(|(s, v)| (s.clone(), v)),
         };
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), || payload);
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), self.priority, || {
+            payload
+        });
         self.adopt(t)
     }
 
@@ -358,7 +375,9 @@ impl<'e> Graph<'e> {
             t => t.deadline_from(Instant::now()),
         };
         let state = WaitState::new(semaphore.clone(), value, deadline);
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), || state);
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), self.priority, || {
+            state
+        });
         self.adopt(t)
     }
 
@@ -388,7 +407,7 @@ impl<'e> Graph<'e> {
         tiles: T,
     ) -> Result<TaskId, Error> {
         let total = super::tile_count(grid)?;
-        let t = new_task(&mut self.cache, self.scope.as_ptr(), || {
+        let t = new_task(&mut self.cache, self.scope.as_ptr(), self.priority, || {
             DispatchPayload::new(grid, total, tiles)
         });
         self.adopt(t)
@@ -518,9 +537,9 @@ impl<'e> Graph<'e> {
         }
         // The join's block first, so each call points at it as it is made;
         // it joins the task list (and takes its sequence number) last.
-        let join = new_task(&mut self.cache, self.scope.as_ptr(), || Nop)?;
+        let join = new_task(&mut self.cache, self.scope.as_ptr(), self.priority, || Nop)?;
         let first_seq = self.count;
-        let scope = self.scope.as_ptr();
+        let (scope, level) = (self.scope.as_ptr(), self.priority);
         let mut batch = Batch {
             graph: self,
             join,
@@ -528,7 +547,7 @@ impl<'e> Graph<'e> {
             done: false,
         };
         for i in 0..n {
-            let task = make_call(&mut batch.graph.cache, scope, make(i))?;
+            let task = make_call(&mut batch.graph.cache, scope, level, make(i))?;
             // SAFETY: just made, ours alone.
             let t = unsafe { task.as_ref() };
             t.completion_task.set(Some(join));

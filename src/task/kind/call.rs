@@ -37,7 +37,7 @@ impl CallContext<'_> {
         // SAFETY: `self.task` is the running call, alive until it retires,
         // which waits for this child.
         let parent = unsafe { self.task.as_ref() };
-        let child = make_call(self.tasks.cache(), parent.scope, f)?;
+        let child = make_call(self.tasks.cache(), parent.scope, parent.priority.get(), f)?;
         // SAFETY: just created, ours.
         let c = unsafe { child.as_ref() };
         c.completion_task.set(Some(self.task));
@@ -102,16 +102,18 @@ where
     }
 }
 
-/// Creates a call task (not yet ready: `unfinished` 0, no links).
+/// Creates a call task of priority `level` (not yet ready: `unfinished`
+/// 0, no links).
 pub(crate) fn make_call<F, C: BlockSource + ?Sized>(
     cache: &mut C,
     scope: NonNull<ScopeInner>,
+    level: u8,
     f: F,
 ) -> Result<NonNull<Task>, Error>
 where
     F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
 {
-    new_task(cache, scope, || CallPayload {
+    new_task(cache, scope, level, || CallPayload {
         f: SmallBox::new(f),
     })
 }

@@ -11,7 +11,7 @@ use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::task::context::TaskContext;
 use crate::task::task::{Outcome, Task, FLAG_FAILED, PAYLOAD};
 use crate::task::tile_counter::TileCounter;
-use crate::task::Tile;
+use crate::task::{Priority, Tile};
 use crate::unwind::guarded;
 
 /// A dispatch's payload: the tile closure (in the task block when it fits
@@ -66,24 +66,38 @@ where
         // SAFETY: the payload is a `DispatchPayload<F>`.
         let p = unsafe { &mut (*Task::payload_ptr::<DispatchPayload<F>>(task)).grid };
         let total = p.tiles.total();
-        if t.runs.get() > 1 || total == 0 {
-            // Second run: every shard finished (a failed one marks us FLAG_FAILED
-            // and we are skipped instead). Or nothing to do.
+        // With priority levels, a shard stops claiming tiles while a
+        // higher-priority task waits (`claim_and_run`); the tiles it left
+        // run in a later phase of this task.
+        let level = t.priority.get();
+        let watch = tasks.levels() && level != Priority::High.level();
+        let workers = tasks.workers() as u64;
+        if t.runs.get() == 1 {
+            if total == 0 {
+                return Outcome::Done(Ok(()));
+            }
+            if workers.min(total) == 1 && !watch {
+                // One shard would run every tile on this worker anyway (one
+                // tile, or one worker): run them here, with no shard task
+                // and none of its counts (five read-modify-writes and a
+                // second run of this task saved).
+                // SAFETY: the payload is a `DispatchPayload<F>`; `f` is
+                // another field than the grid borrowed above.
+                let f = unsafe { &(*Task::payload_ptr::<DispatchPayload<F>>(task)).f }.get();
+                return Outcome::Done(guarded(|| f.run(p.size, 0, total)));
+            }
+            // Watching for higher-priority work, shards claim one tile at
+            // a time: such work waits at most one tile of each worker.
+            let max = if watch { 1 } else { 1024 };
+            p.tiles = TileCounter::new(total, max, workers.min(total).max(1) * 2);
+        } else if p.tiles.left() == 0 || p.stop.load(Ordering::Relaxed) {
+            // A later run: every shard finished (a failed one marks us
+            // FLAG_FAILED and we are skipped instead), and no tile is
+            // left (no shard yielded).
             return Outcome::Done(Ok(()));
         }
-        let workers = tasks.workers() as u64;
-        let shards = workers.min(total).max(1);
-        if shards == 1 {
-            // One shard would run every tile on this worker anyway (one
-            // tile, or one worker): run them here, with no shard task and
-            // none of its counts (five read-modify-writes and a second run
-            // of this task saved).
-            // SAFETY: the payload is a `DispatchPayload<F>`; `f` is another
-            // field than the grid borrowed above.
-            let f = unsafe { &(*Task::payload_ptr::<DispatchPayload<F>>(task)).f }.get();
-            return Outcome::Done(guarded(|| f.run(p.size, 0, total)));
-        }
-        p.tiles = TileCounter::new(total, 1024, shards * 2);
+        // A phase: shards for the tiles left, this task the first of them.
+        let shards = workers.min(p.tiles.left()).max(1);
         // From here on the grid is shared with the shards: shared
         // references only.
         // SAFETY: the payload is a `DispatchPayload<F>`, alive while this
@@ -94,7 +108,7 @@ where
         // deque trip), and this worker starts on tiles at once.
         t.unfinished.set(1);
         for _ in 1..shards {
-            let shard = match new_task(tasks.cache(), t.scope, || ShardPayload::<F> {
+            let shard = match new_task(tasks.cache(), t.scope, level, || ShardPayload::<F> {
                 dispatch: task,
                 _dispatch_kind: PhantomData,
             }) {
@@ -117,7 +131,8 @@ where
         // The other workers hear of the shards before this one runs tiles
         // (user code, which may block).
         tasks.publish();
-        if let Err(e) = claim_and_run(f.get(), p) {
+        let ctx = &*tasks;
+        if let Err(e) = claim_and_run(f.get(), p, || watch && ctx.outranked(level)) {
             // Counted like a failed shard: the scope keeps the error and
             // the dispatch, once the shards are done, fails.
             // SAFETY: the task keeps its scope alive.
@@ -126,23 +141,34 @@ where
         }
         if t.finish_one() {
             // Every shard is done (or none was made): the dispatch is done
-            // now, failed if a shard (or this one) failed, with no second
-            // run.
-            return Outcome::Done(if t.flags.load(Ordering::Acquire) & FLAG_FAILED != 0 {
-                Err(Error::new(ErrorKind::Aborted, "a dispatch shard failed"))
-            } else {
-                Ok(())
-            });
+            // now, failed if a shard (or this one) failed, with no later
+            // run; or, if they yielded with tiles left, it waits behind
+            // the higher-priority work for its next phase.
+            if t.flags.load(Ordering::Acquire) & FLAG_FAILED != 0 {
+                return Outcome::Done(Err(Error::new(
+                    ErrorKind::Aborted,
+                    "a dispatch shard failed",
+                )));
+            }
+            if p.tiles.left() == 0 || p.stop.load(Ordering::Relaxed) {
+                return Outcome::Done(Ok(()));
+            }
+            // Made ready again here, by us: nothing below touches it (a
+            // worker may take it at once).
+            tasks.push(task);
+            return Outcome::Suspended;
         }
-        // The last shard to finish makes this task ready again: its second
-        // run completes it (or, if one failed, it is skipped).
+        // The last shard to finish makes this task ready again: its next
+        // run completes it (or, if one failed, it is skipped), or starts
+        // the next phase if they yielded.
         Outcome::Suspended
     }
 }
 
-/// Claims and runs ranges of the dispatch's tiles until none is left or
-/// one fails (which stops the others).
-fn claim_and_run<F: Tiles>(f: &F, p: &Grid) -> Result<(), Error> {
+/// Claims and runs ranges of the dispatch's tiles until none is left, one
+/// fails (which stops the others), or, after a range, `outranked` says a
+/// higher-priority task waits (the tiles left run in a later phase).
+fn claim_and_run<F: Tiles>(f: &F, p: &Grid, outranked: impl Fn() -> bool) -> Result<(), Error> {
     // One trace span per shard, not per range (a dispatch claims its tiles
     // in many small ranges: 2 tiles each in the demo's 64-tile stages):
     // the ranges it claimed, its first tile and the tiles it ran.
@@ -159,6 +185,9 @@ fn claim_and_run<F: Tiles>(f: &F, p: &Grid) -> Result<(), Error> {
             p.stop.store(true, Ordering::Relaxed);
             break Err(e);
         }
+        if outranked() {
+            break Ok(());
+        }
     };
     crate::trace::span(crate::trace::Kind::Tiles, t, ranges, first, tiles);
     r
@@ -170,14 +199,17 @@ where
 {
     const NAME: &'static str = "dispatch shard";
 
-    unsafe fn run(task: NonNull<Task>, _tasks: &mut TaskContext) -> Outcome {
+    unsafe fn run(task: NonNull<Task>, tasks: &mut TaskContext) -> Outcome {
         // SAFETY: the payload is a `ShardPayload` whose dispatch is suspended
         // (alive) until every shard retired.
         let dispatch = unsafe { task.as_ref().payload::<ShardPayload<F>>() }.dispatch;
         // SAFETY: as above; shards only read it and use its atomics.
         let DispatchPayload { f, grid: p } =
             unsafe { dispatch.as_ref().payload::<DispatchPayload<F>>() };
-        Outcome::Done(claim_and_run(f.get(), p))
+        let level = Task::level(task);
+        let watch = tasks.levels() && level != Priority::High.level();
+        let ctx = &*tasks;
+        Outcome::Done(claim_and_run(f.get(), p, || watch && ctx.outranked(level)))
     }
 }
 

@@ -118,6 +118,15 @@ impl ExecutorState {
         let Some(local) = self.local_here() else {
             return Err(ready);
         };
+        // With levels, only `Normal` tasks go on a deque (see
+        // `Worker::push`): the others to their injectors.
+        if self.levels
+            && ready
+                .front()
+                .is_some_and(|t| Task::level(t) != Priority::Normal.level())
+        {
+            return Err(ready);
+        }
         if local.next.get().is_none() && local.deque.is_empty() {
             if let Some(only) = ready.pop_front() {
                 if ready.is_empty() {
@@ -199,6 +208,12 @@ impl ExecutorState {
         let Some(local) = self.local_here() else {
             return Err(task);
         };
+        // With levels, a `Low` task never runs next: it waits behind
+        // everything else (a `High` or `Normal` one runs next unless the
+        // worker then finds a `High` one waiting: `find_leveled`).
+        if self.levels && Task::level(task) == Priority::Low.level() {
+            return Err(task);
+        }
         if local.next.get().is_some() || !local.deque.is_empty() {
             return Err(task);
         }

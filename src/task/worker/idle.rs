@@ -4,8 +4,127 @@
 use super::*;
 
 impl Worker {
-    /// The next task to run: a hop's, own deque, injector, steal.
+    /// The next task to run: a hop's, own deque, injector, steal (with
+    /// levels: see [`find_leveled`](Self::find_leveled)).
     pub(super) fn find(&mut self) -> Option<NonNull<Task>> {
+        if self.levels {
+            return self.find_leveled();
+        }
+        self.find_normal()
+    }
+
+    /// The next task to run on an executor with levels: `High` first
+    /// (a hop's, if it is one, then the `High` injector), then `Normal`
+    /// (as [`find_normal`](Self::find_normal)), then `Low`. A fairness
+    /// turn, after every `FAIRNESS_PERIOD` tasks started, looks below the
+    /// top first: `Low` then `Normal`, or `Normal` then `Low`, in turn.
+    /// Looks at every level before it says none (the idle re-check before
+    /// parking relies on that: a task of any level published before the
+    /// worker's epoch read is found).
+    fn find_leveled(&mut self) -> Option<NonNull<Task>> {
+        if self.ticks >= Priority::FAIRNESS_PERIOD {
+            self.ticks = 0;
+            self.low_first = !self.low_first;
+            let below = if self.low_first {
+                match self.take_level(Priority::Low) {
+                    Some(t) => Some(t),
+                    None => self.find_normal(),
+                }
+            } else {
+                match self.find_normal() {
+                    Some(t) => Some(t),
+                    None => self.take_level(Priority::Low),
+                }
+            };
+            return below.or_else(|| self.take_level(Priority::High));
+        }
+        if let Some(t) = self.take_next() {
+            if Task::level(t) == Priority::High.level() || !self.shared.high_waiting() {
+                return Some(t);
+            }
+            // A `Normal` task (a `Low` one never hops) outranked: back on
+            // the deque, where it is announced before anything runs.
+            self.push(t);
+        }
+        // Issuer turns first: what they issue may outrank everything here.
+        self.run_turns();
+        if let Some(t) = self.take_high() {
+            return Some(t);
+        }
+        if let Some(t) = self.find_normal() {
+            return Some(t);
+        }
+        // Turns taken by `find_normal` may have issued `High` work.
+        if let Some(t) = self.take_high() {
+            return Some(t);
+        }
+        self.take_level(Priority::Low)
+    }
+
+    /// A `High` task, if any is counted. While `High` chunks are counted,
+    /// one is in the injector or in another worker's hands for a moment
+    /// (taken with the rest of the injector, given back but one task):
+    /// this waits for it rather than let the caller take a lower task.
+    fn take_high(&mut self) -> Option<NonNull<Task>> {
+        while self.shared.high_waiting() {
+            if let Some(t) = self.take_level(Priority::High) {
+                return Some(t);
+            }
+            crate::sync::hint::spin_loop();
+        }
+        None
+    }
+
+    /// One task from the injector of `level` (`High` or `Low`), if any:
+    /// the oldest chunk's first task; the chunk's rest goes back as a chunk
+    /// of its own, in front (no walk: its second task heads it).
+    fn take_level(&mut self, level: Priority) -> Option<NonNull<Task>> {
+        let injector = self.shared.injector_for(level.level());
+        if injector.is_empty() {
+            return None;
+        }
+        let mut chunks = injector.take_all();
+        let first = chunks.pop_front()?.into_raw();
+        // SAFETY: the chunk's chain (through queue links) was given up to
+        // the injector and is ours now that the take gave us its head; a
+        // chunk's tasks but its head have a free fork link (a hint or
+        // nothing), which the chunk list may take.
+        match unsafe { crate::list::links_next::<QueueLink>(first) } {
+            Some(second) => chunks.push_front(unsafe { Handle::from_raw(second) }),
+            // The chunk is gone: counted out (after the take, so the count
+            // never reads zero while the chunk is out of sight).
+            None if level == Priority::High => {
+                self.shared.high_chunks.fetch_sub(1, Ordering::AcqRel);
+            }
+            None => {}
+        }
+        if !chunks.is_empty() {
+            // In order: the oldest stay first.
+            injector.push_list(chunks);
+            // Workers that found it empty while we held it may be parking.
+            self.shared.notify();
+        }
+        Some(first)
+    }
+
+    /// Whether a ready task of a higher level than `level` waits (with
+    /// levels): a `Normal` or `Low` task that would run next yields to it.
+    /// `Normal` work counts wherever it is: an injector or any deque.
+    pub(in crate::task) fn outranked(&self, level: u8) -> bool {
+        match Priority::from_level(level) {
+            Priority::High => false,
+            Priority::Normal => self.shared.high_waiting(),
+            Priority::Low => {
+                self.shared.high_waiting()
+                    || !self.shared.injector.is_empty()
+                    || self.shared.stealers.iter().any(|s| !s.is_empty())
+            }
+        }
+    }
+
+    /// The next `Normal` task (every task, with no levels): a hop's, own
+    /// deque, injector, steal.
+    fn find_normal(&mut self) -> Option<NonNull<Task>> {
         if let Some(t) = self.take_next() {
             return Some(t);
         }

@@ -32,6 +32,7 @@ use super::kind::{WaitLink, WaitState};
 use super::scope::ScopeInner;
 use super::sleep::SleepState;
 use super::task::{ForkLink, Outcome, QueueLink, Task, TaskPtr, FLAG_CANCELLED, FLAG_FAILED};
+use super::Priority;
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, SList, TransferStack};
 use crate::pool::{BlockCache, BlockPool, BlockSource, RawBlock};
@@ -93,6 +94,14 @@ pub(crate) struct Worker {
     /// This worker's `running` flag as it last stored it (see
     /// [`WorkerCounters`]).
     busy: bool,
+    /// `shared.levels`, kept here (read at every task).
+    levels: bool,
+    /// With levels: tasks started since the last fairness turn (see
+    /// [`Priority::FAIRNESS_PERIOD`]).
+    ticks: u32,
+    /// With levels: the last fairness turn looked at `Low` first (the
+    /// next looks at `Normal` first).
+    low_first: bool,
     /// The executor this worker runs for.
     pub(super) shared: Arc<ExecutorState>,
 }
@@ -152,8 +161,10 @@ impl Worker {
             uncounted: std::cell::Cell::new(0),
             cache: std::cell::UnsafeCell::new(BlockCache::new(TaskPool(shared.clone()))),
         });
+        let levels = shared.levels;
         Worker {
             index,
+            levels,
             shared,
             local: NonNull::from(Box::leak(local)),
             spill: SList::new(),
@@ -162,6 +173,8 @@ impl Worker {
             retired_live: 0,
             held_join: None,
             busy: false,
+            ticks: 0,
+            low_first: false,
         }
     }
 
@@ -205,8 +218,14 @@ impl Worker {
     /// Makes a task ready on this worker: on its deque (stealable), or, if
     /// that is full, in the spill. Either way [`publish`](Self::publish)
     /// tells the other workers before this worker runs anything else.
+    ///
+    /// With levels, a `High` or `Low` task goes to its level's injector
+    /// instead (never on a deque, whose owner pops in LIFO order whatever
+    /// the level), published at once.
     pub(super) fn push(&mut self, task: NonNull<Task>) {
-        if self.local().len() < LOCAL_CAP {
+        if self.levels && Task::level(task) != Priority::Normal.level() {
+            self.shared.inject(task);
+        } else if self.local().len() < LOCAL_CAP {
             self.local().push(TaskPtr(task));
             self.unannounced = true;
         } else {
@@ -231,6 +250,12 @@ impl Worker {
             self.shared.notify();
         }
         self.unannounced = false;
+    }
+
+    /// Whether the executor has priority levels.
+    #[inline]
+    pub(super) fn levels(&self) -> bool {
+        self.levels
     }
 
     /// The task a hop left in [`Local::next`], if any.

@@ -73,6 +73,9 @@ impl Worker {
         loop {
             // SAFETY: a ready task is owned by the worker running it.
             let t = unsafe { task.as_ref() };
+            if self.levels {
+                self.ticks += 1;
+            }
             // Its fork link holds a prefetch hint or nothing: a barrier's
             // dependent leaves the barrier's list, a chunk's head the
             // chunk list, before either can run (see `set_prefetch_hint`).
@@ -161,6 +164,15 @@ impl Worker {
                 }
                 (Some(n), None) | (None, Some(n)) => task = n,
                 (None, None) => return,
+            }
+            // With levels, the task to continue with yields to a higher
+            // level's waiting task, and to a fairness turn: back where it
+            // waits, and the worker looks for work in order.
+            if self.levels
+                && (self.ticks >= Priority::FAIRNESS_PERIOD || self.outranked(Task::level(task)))
+            {
+                self.push(task);
+                return;
             }
         }
     }

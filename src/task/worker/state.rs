@@ -94,6 +94,22 @@ pub(crate) struct ExecutorState {
     /// is walked once, by the worker that runs it, not taken and given back
     /// whole by each taker in turn.
     pub(crate) injector: TransferStack<ForkLink>,
+    /// Whether the executor has priority levels (a device with queues of
+    /// more than one [`Priority`](crate::Priority)): only then are `high`
+    /// and `low` used, and `injector` holds only `Normal` tasks.
+    pub(crate) levels: bool,
+    /// Ready `High` tasks (with levels), in chunks like `injector`'s. Never
+    /// on a worker's deque: a worker takes one task at a time from here,
+    /// before anything else (see `Worker::find_leveled`).
+    pub(crate) high: TransferStack<ForkLink>,
+    /// Chunks of `high` not yet taken whole: counted before they are
+    /// pushed, and after their last task is taken, so it reads above zero
+    /// while a taker holds them out of the injector (see
+    /// `Worker::find_leveled`).
+    pub(crate) high_chunks: AtomicUsize,
+    /// Ready `Low` tasks (with levels), likewise: taken after everything
+    /// else, and on fairness turns.
+    pub(crate) low: TransferStack<ForkLink>,
     pub(crate) stealers: Box<[Stealer<TaskPtr>]>,
     pub(crate) slots: Box<[Slot]>,
     pub(super) sleep: CachePadded<SleepState>,
@@ -133,6 +149,7 @@ impl ExecutorState {
     pub(crate) fn new(
         workers: usize,
         spin: bool,
+        levels: bool,
         stealers: Box<[Stealer<TaskPtr>]>,
         turns: usize,
         run_turn: Option<TurnRunner>,
@@ -145,6 +162,10 @@ impl ExecutorState {
                 max_blocks: None,
             })?,
             injector: TransferStack::new(),
+            levels,
+            high: TransferStack::new(),
+            high_chunks: AtomicUsize::new(0),
+            low: TransferStack::new(),
             stealers,
             slots: (0..workers).map(|_| Slot::new()).collect(),
             sleep: CachePadded::new(SleepState::new()),
@@ -174,7 +195,8 @@ impl ExecutorState {
         self.notify();
     }
 
-    /// Pushes a whole ready list from any thread and wakes a worker.
+    /// Pushes a whole ready list, of tasks of one priority, from any
+    /// thread and wakes a worker.
     pub(crate) fn inject_list(&self, mut list: SList<QueueLink>) {
         if list.is_empty() {
             return;
@@ -185,6 +207,27 @@ impl ExecutorState {
         }
         self.push_chunks(chunks);
         self.notify();
+    }
+
+    /// Whether `High` tasks wait (with levels): some chunk of them is
+    /// counted (in the injector, or held by a taker for a moment).
+    #[inline]
+    pub(crate) fn high_waiting(&self) -> bool {
+        self.high_chunks.load(Ordering::Acquire) != 0
+    }
+
+    /// The injector where ready tasks of priority `level` wait: the one
+    /// injector when the executor has no levels.
+    #[inline]
+    pub(crate) fn injector_for(&self, level: u8) -> &TransferStack<ForkLink> {
+        if !self.levels {
+            return &self.injector;
+        }
+        match Priority::from_level(level) {
+            Priority::High => &self.high,
+            Priority::Normal => &self.injector,
+            Priority::Low => &self.low,
+        }
     }
 
     /// A non-empty list of ready tasks as one chunk (a one-chunk list).
@@ -198,10 +241,22 @@ impl ExecutorState {
         one
     }
 
+    /// Pushes ready chunks, of tasks of one priority (one graph's, or one
+    /// task's), to their injector.
     pub(crate) fn push_chunks(&self, chunks: SList<ForkLink>) {
+        let injector = match chunks.front() {
+            Some(first) if self.levels => {
+                let level = Task::level(first);
+                if level == Priority::High.level() {
+                    self.high_chunks.fetch_add(chunks.len(), Ordering::AcqRel);
+                }
+                self.injector_for(level)
+            }
+            _ => &self.injector,
+        };
         // Ready tasks are independent: the order of chunks means nothing,
         // so no walk to keep it.
-        self.injector.push_list_unordered(chunks);
+        injector.push_list_unordered(chunks);
     }
 
     /// New work was published: bump the epoch; wake one sleeper if any.
