@@ -111,4 +111,4 @@ pub use sync::counted::{counts as rmw_counts, trace as rmw_trace, trace_all as r
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 pub use semaphore::{set_wait_yield, wait_all, wait_any, wait_yield, Semaphore, Timeout};
-pub use task::Tile;
+pub use task::{Priority, Tile};

@@ -1,27 +1,22 @@
 //! With a counting global allocator: after warm-up, 20k `execute` calls
 //! (1 wait, 1 signal, one reused command buffer with a 64-tile dispatch)
-//! allocate nothing on any thread; a host call allocates (one box) exactly
+//! allocate nothing on any thread, on a device with priority levels too; a host call allocates (one box) exactly
 //! when its closure is larger than `HOST_CALL_INLINE_BYTES`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fenceline::{Binding, CpuConfig, Device, Semaphore, Tile, TileIo};
+use fenceline::{Binding, CpuConfig, Device, Priority, Semaphore, Tile, TileIo};
 
 mod common;
 
 #[global_allocator]
 static GLOBAL: common::Counting = common::Counting;
 
-fn execute_allocates_nothing() {
-    let device = Device::cpu_with(CpuConfig {
-        workers: 2,
-        queues: 1,
-        ..Default::default()
-    })
-    .unwrap();
-    let queue = device.queue(0).unwrap();
+/// On `device`'s `queue`.
+fn execute_allocates_nothing(device: Device, queue: usize) {
+    let queue = device.queue(queue).unwrap();
     let sum = Arc::new(AtomicU64::new(0));
     let mut cb = device.command_buffer().unwrap();
     let s = sum.clone();
@@ -50,6 +45,15 @@ fn execute_allocates_nothing() {
     let allocations = common::allocations() - before;
     assert_eq!(sum.load(Ordering::Relaxed), 40_000 * 8 * 28);
     assert_eq!(allocations, 0, "20k executes allocated {allocations} times");
+}
+
+fn two_workers(queues: usize, priorities: &[Priority]) -> Device {
+    let config = CpuConfig {
+        workers: 2,
+        queues,
+        ..Default::default()
+    };
+    Device::cpu_with_priorities(config, priorities).unwrap()
 }
 
 /// Allocations of 100 host calls capturing `[u8; N]`, after 2000 warm-up
@@ -404,7 +408,11 @@ fn alloca_frames_allocate_nothing() {
 /// window.
 #[test]
 fn one_check_after_another() {
-    execute_allocates_nothing();
+    execute_allocates_nothing(two_workers(1, &[]), 0);
+    // With priority levels: the `Low` queue's dispatches claim tiles one at
+    // a time and go through the level injectors; the `High` queue's hop.
+    execute_allocates_nothing(two_workers(2, &[Priority::High, Priority::Low]), 1);
+    execute_allocates_nothing(two_workers(2, &[Priority::High, Priority::Low]), 0);
     host_calls_allocate_only_past_their_documented_room();
     fresh_recordings_every_frame_allocate_nothing();
     reset_and_rerecord_every_frame_allocates_nothing();

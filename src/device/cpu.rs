@@ -9,7 +9,9 @@ use crate::list::{SList, TransferStack};
 use crate::pool::BlockCache;
 use crate::queue::{Backend, Completion, IssueTurn};
 use crate::sync::{Arc, UnsafeCell};
-use crate::task::{submit_finally, ExecutorState, Graph, Scope, ScopeLink, TaskId, TaskPool};
+use crate::task::{
+    submit_finally, ExecutorState, Graph, Priority, Scope, ScopeLink, TaskId, TaskPool,
+};
 
 /// Command buffers one `execute` keeps without allocating.
 pub const EXECUTE_INLINE_COMMAND_BUFFERS: usize = 4;
@@ -61,6 +63,9 @@ pub(crate) struct CpuBackend {
     lone_scope: Scope,
     /// This queue's slot among the executor's issuer-turn slots.
     turn_slot: usize,
+    /// The queue's priority level (`Priority::level`), given to every
+    /// task its actions make.
+    level: u8,
     /// Tells the device's drop when this queue's state is freed.
     _token: QueueToken,
 }
@@ -87,7 +92,12 @@ impl Drop for CpuBackend {
 impl CpuBackend {
     /// Queue `turn_slot`'s backend (its slot among the executor's
     /// issuer-turn slots, which run [`run_turn`]).
-    pub(crate) fn new(exec: Arc<ExecutorState>, turn_slot: usize, token: QueueToken) -> CpuBackend {
+    pub(crate) fn new(
+        exec: Arc<ExecutorState>,
+        turn_slot: usize,
+        priority: Priority,
+        token: QueueToken,
+    ) -> CpuBackend {
         CpuBackend {
             issue_blocks: std::cell::UnsafeCell::new(BlockCache::new(TaskPool(exec.clone()))),
             exec,
@@ -96,8 +106,14 @@ impl CpuBackend {
             host_scope: Scope::new(),
             lone_scope: Scope::uncounted(),
             turn_slot,
+            level: priority.level(),
             _token: token,
         }
+    }
+
+    /// The queue's priority.
+    pub(crate) fn priority(&self) -> Priority {
+        Priority::from_level(self.level)
     }
 
     /// The task blocks for a submission: this worker's cache (a hop: the
@@ -125,7 +141,9 @@ impl CpuBackend {
         // until it is submitted (if that task cannot be made, the handle
         // goes with it and the graph is only dropped, which does not read
         // the scope).
-        unsafe { Graph::with_cache(&self.exec, scope, self.task_cache()) }
+        let mut g = unsafe { Graph::with_cache(&self.exec, scope, self.task_cache()) };
+        g.set_priority(self.priority());
+        g
     }
 
     /// A scope for a submission: a finished one, else a new one (until
@@ -168,7 +186,15 @@ impl CpuBackend {
         // completion) is dropped, which fails the action's signals.
         // SAFETY: the cache as `task_cache` says; `host_scope` lives in
         // the backend, which outlives the queue's submissions.
-        let _ = unsafe { submit_finally(&self.exec, &self.host_scope, self.task_cache(), finally) };
+        let _ = unsafe {
+            submit_finally(
+                &self.exec,
+                &self.host_scope,
+                self.task_cache(),
+                self.level,
+                finally,
+            )
+        };
     }
 
     /// An execute of one command that runs whole on one worker (see
@@ -193,7 +219,15 @@ impl CpuBackend {
         // SAFETY: the cache as `task_cache` says; `lone_scope` lives in the
         // backend, which outlives the queue's submissions (and, uncounted,
         // is not read once the task has run).
-        let _ = unsafe { submit_finally(&self.exec, &self.lone_scope, self.task_cache(), finally) };
+        let _ = unsafe {
+            submit_finally(
+                &self.exec,
+                &self.lone_scope,
+                self.task_cache(),
+                self.level,
+                finally,
+            )
+        };
     }
 
     fn issue_execute(&self, mut work: Completion<Self>) {

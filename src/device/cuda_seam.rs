@@ -68,6 +68,9 @@ mod absent {
         pub(crate) fn queue_count(&self) -> usize {
             match *self {}
         }
+        pub(crate) fn queue_priority(&self, _index: usize) -> crate::task::Priority {
+            match *self {}
+        }
         pub(crate) fn name(&self) -> &str {
             match *self {}
         }

@@ -45,7 +45,8 @@ pub use stats::DeviceStats;
 
 use crate::error::{Error, ErrorKind};
 use crate::queue::PendingQueue;
-use crate::task::{Executor, ExecutorConfig};
+use crate::task::priority as priorities;
+use crate::task::{Executor, ExecutorConfig, Priority};
 pub use command_buffer::CommandBuffer;
 use cpu::CpuBackend;
 use recording::{RecordingPool, Target};
@@ -112,6 +113,13 @@ impl DeviceInner {
             DeviceInner::Cuda(d) => d.queue_count(),
         }
     }
+
+    fn queue_priority(&self, index: usize) -> Priority {
+        match self {
+            DeviceInner::Cpu { queues, .. } => queues[index].backend().priority(),
+            DeviceInner::Cuda(d) => d.queue_priority(index),
+        }
+    }
 }
 
 impl fmt::Debug for Device {
@@ -168,12 +176,45 @@ impl Device {
     /// # Ok::<(), fenceline::Error>(())
     /// ```
     pub fn cpu_with(config: CpuConfig) -> Result<Device, Error> {
+        Self::cpu_with_priorities(config, &[])
+    }
+
+    /// [`cpu_with`](Self::cpu_with), with queue `i`'s [`Priority`]
+    /// `priorities[i]` (`Normal` past the slice's end). A device whose
+    /// queues have more than one priority runs higher ones' tasks first,
+    /// as [`Priority`] says (the starvation bound included); one whose
+    /// queues share one priority runs exactly as `cpu_with`'s.
+    ///
+    /// # Errors
+    ///
+    /// As [`cpu_with`](Self::cpu_with), and
+    /// [`InvalidArgument`](ErrorKind::InvalidArgument) for more priorities
+    /// than queues.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fenceline::{CpuConfig, Device, Priority};
+    ///
+    /// // Queue 0 for latency-critical requests, queue 1 for batch work.
+    /// let device = Device::cpu_with_priorities(
+    ///     CpuConfig { queues: 2, ..Default::default() },
+    ///     &[Priority::High, Priority::Low],
+    /// )?;
+    /// assert_eq!(device.queue(0)?.priority(), Priority::High);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn cpu_with_priorities(
+        config: CpuConfig,
+        priorities: &[Priority],
+    ) -> Result<Device, Error> {
         if config.queues == 0 {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 "CpuConfig::queues 0: need at least one queue",
             ));
         }
+        priorities::check(priorities, config.queues)?;
         let executor = Executor::with_turns(
             ExecutorConfig {
                 workers: config.workers,
@@ -181,6 +222,7 @@ impl Device {
             },
             config.queues,
             cpu::run_turn,
+            priorities::several(priorities, config.queues),
         )?;
         let teardown = Teardown::new(config.queues);
         let queues = (0..config.queues)
@@ -188,6 +230,7 @@ impl Device {
                 PendingQueue::new(CpuBackend::new(
                     executor.state(),
                     index,
+                    priorities::of_queue(priorities, index),
                     Teardown::token(&teardown),
                 ))
             })

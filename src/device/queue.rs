@@ -11,6 +11,7 @@ use super::{
 };
 use crate::error::{Error, ErrorKind};
 use crate::semaphore::Semaphore;
+use crate::task::Priority;
 
 /// A device queue: a cheap `Clone + Send + Sync` handle.
 #[derive(Clone)]
@@ -43,6 +44,25 @@ fn check_recordings(device: &DeviceInner, recordings: &[&RecordingRef]) -> Resul
 }
 
 impl Queue {
+    /// The queue's priority, as its device was made with
+    /// ([`Device::cpu_with_priorities`](super::Device::cpu_with_priorities),
+    /// `Device::cuda_with_priorities`; `Normal` otherwise).
+    ///
+    /// ```
+    /// use fenceline::{CpuConfig, Device, Priority};
+    ///
+    /// let device = Device::cpu_with_priorities(
+    ///     CpuConfig { queues: 2, ..Default::default() },
+    ///     &[Priority::High],
+    /// )?;
+    /// assert_eq!(device.queue(0)?.priority(), Priority::High);
+    /// assert_eq!(device.queue(1)?.priority(), Priority::Normal);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    pub fn priority(&self) -> Priority {
+        self.device.queue_priority(self.index)
+    }
+
     fn submit(
         &self,
         waits: &[(&Semaphore, u64)],
