@@ -28,6 +28,7 @@ echo "==> CUDA tests (real driver)"
 status=0
 cargo test "${offline[@]}" --release --features cuda \
   --test cuda_scenarios --test cuda_device --test cuda_allocates_nothing_after_warmup \
+  --test cuda_priorities \
   -- --nocapture 2>&1 | tee "$logs/tests.log" || status=$?
 {
   echo

@@ -10,6 +10,11 @@
 //! - **Streams** are host threads that run their work in submission order.
 //!   The null stream (and `CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD`) is one
 //!   shared extra stream; it does not synchronize with the other streams.
+//!   A stream's priority (`cuStreamCreateWithPriority`, clamped to the range
+//!   `cuCtxGetStreamPriorityRange` reports: least 0, greatest -5, as current
+//!   GPUs do) is recorded and read back by `cuStreamGetPriority`, and
+//!   changes nothing else: with a thread per stream there is no point where
+//!   one stream's pending work is picked over another's.
 //! - **Events.** Each `cuEventRecord` starts a new epoch, completed when the
 //!   stream reaches it. `cuStreamWaitEvent` captures the latest epoch at call
 //!   time and the waiting stream's thread blocks until that epoch completes, so

@@ -1,5 +1,5 @@
-//! Streams (one host thread each, running its queue in order), events, and
-//! host functions.
+//! Streams (one host thread each, running its queue in order), their
+//! priorities, events, and host functions.
 
 use crate::context::require_context;
 use crate::misuse::{error, lock, misuse};
@@ -8,7 +8,7 @@ use crate::{api, fault, guarded, InHostFn, Out, SimResult};
 use cudarc::driver::sys::cudaError_enum::*;
 use cudarc::driver::sys::{CUevent, CUhostFn, CUresult, CUstream};
 use std::collections::BTreeSet;
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 
@@ -21,6 +21,11 @@ pub(crate) type Op = Box<dyn FnOnce() -> SimResult + Send>;
 pub(crate) struct Stream {
     queue: mpsc::Sender<Op>,
     progress: Arc<Progress>,
+    /// As created (clamped to the range), for `cuStreamGetPriority` only:
+    /// every stream runs on a thread of its own, so there is no point
+    /// where the simulator picks one stream's work over another's and a
+    /// priority could change what runs first.
+    priority: c_int,
 }
 
 /// Shared between a stream's submitters and its thread.
@@ -45,7 +50,7 @@ fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
 }
 
 impl Stream {
-    fn spawn(call: &str) -> SimResult<Arc<Stream>> {
+    fn spawn(call: &str, priority: c_int) -> SimResult<Arc<Stream>> {
         let (queue, ops) = mpsc::channel::<Op>();
         let progress = Arc::new(Progress {
             counts: Mutex::new(Counts {
@@ -65,7 +70,11 @@ impl Stream {
                     format_args!("{call}: cannot start a stream thread: {e}"),
                 )
             })?;
-        Ok(Arc::new(Stream { queue, progress }))
+        Ok(Arc::new(Stream {
+            queue,
+            progress,
+            priority,
+        }))
     }
 
     /// Queues `op` behind everything submitted before.
@@ -130,7 +139,7 @@ pub(crate) fn stream(h: CUstream, call: &str) -> SimResult<Arc<Stream>> {
     if let Some(s) = &st.null_stream {
         return Ok(s.clone());
     }
-    let s = Stream::spawn(call)?;
+    let s = Stream::spawn(call, LEAST_PRIORITY)?;
     st.null_stream = Some(s.clone());
     Ok(s)
 }
@@ -193,22 +202,54 @@ fn event(h: CUevent, call: &str) -> SimResult<Arc<Event>> {
     state().events.get(id_of(h), call).cloned()
 }
 
-/// Starts a stream thread (flags are ignored).
+/// Starts a stream thread (flags are ignored) at the default priority,
+/// [`LEAST_PRIORITY`].
 ///
 /// # Safety
 /// `phStream` must be null or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamCreate(phStream: *mut CUstream, _flags: c_uint) -> CUresult {
-    const CALL: &str = "cuStreamCreate";
-    api(CALL, || {
-        let out = Out::new(phStream, CALL, "phStream")?;
-        require_context(CALL)?;
-        let s = Stream::spawn(CALL)?;
-        let id = state().streams.insert(s);
-        // SAFETY: writable by this fn's contract.
-        unsafe { out.write(handle(id)) };
-        Ok(())
+    api("cuStreamCreate", || {
+        // SAFETY: `phStream` is null or writable by this fn's contract.
+        unsafe { create("cuStreamCreate", phStream, LEAST_PRIORITY) }
     })
+}
+
+/// Starts a stream thread (flags are ignored) with `priority`, clamped to
+/// [`GREATEST_PRIORITY`]`..=`[`LEAST_PRIORITY`] as the real driver clamps
+/// it. The priority is only recorded, for `cuStreamGetPriority`: each
+/// stream runs on a thread of its own, so nothing here picks between
+/// streams' work for a priority to decide.
+///
+/// # Safety
+/// `phStream` must be null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    phStream: *mut CUstream,
+    _flags: c_uint,
+    priority: c_int,
+) -> CUresult {
+    const CALL: &str = "cuStreamCreateWithPriority";
+    api(CALL, || {
+        let priority = priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY);
+        // SAFETY: `phStream` is null or writable by this fn's contract.
+        unsafe { create(CALL, phStream, priority) }
+    })
+}
+
+/// The body of both stream creations: a stream of `priority` (already in
+/// range) under a new handle written to `phStream`.
+///
+/// # Safety
+/// `phStream` must be null or valid for a write.
+unsafe fn create(call: &str, phStream: *mut CUstream, priority: c_int) -> SimResult {
+    let out = Out::new(phStream, call, "phStream")?;
+    require_context(call)?;
+    let s = Stream::spawn(call, priority)?;
+    let id = state().streams.insert(s);
+    // SAFETY: writable by this fn's contract.
+    unsafe { out.write(handle(id)) };
+    Ok(())
 }
 
 /// Destroys the handle at once; queued work still runs, then the thread exits.
@@ -235,6 +276,59 @@ pub extern "C" fn cuStreamSynchronize(hStream: CUstream) -> CUresult {
 pub extern "C" fn cuStreamQuery(hStream: CUstream) -> CUresult {
     api("cuStreamQuery", || {
         stream(hStream, "cuStreamQuery")?.query()
+    })
+}
+
+/// The least stream priority `cuCtxGetStreamPriorityRange` reports: the
+/// default, what `cuStreamCreate` and the null stream get (as on the real
+/// driver, where it is 0).
+pub const LEAST_PRIORITY: c_int = 0;
+
+/// The greatest stream priority `cuCtxGetStreamPriorityRange` reports
+/// (numerically the lowest: -5, as current GPUs report).
+pub const GREATEST_PRIORITY: c_int = -5;
+
+/// Writes the stream priority range, [`LEAST_PRIORITY`] and
+/// [`GREATEST_PRIORITY`]; either pointer may be null (not wanted), as on
+/// the real driver. Needs a current context.
+///
+/// # Safety
+/// Each pointer must be null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    leastPriority: *mut c_int,
+    greatestPriority: *mut c_int,
+) -> CUresult {
+    const CALL: &str = "cuCtxGetStreamPriorityRange";
+    api(CALL, || {
+        require_context(CALL)?;
+        for (out, value) in [
+            (leastPriority, LEAST_PRIORITY),
+            (greatestPriority, GREATEST_PRIORITY),
+        ] {
+            if !out.is_null() {
+                // SAFETY: non-null, so writable by this fn's contract.
+                unsafe { out.write(value) };
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Writes the stream's priority as created (clamped); the null stream's is
+/// [`LEAST_PRIORITY`].
+///
+/// # Safety
+/// `priority` must be null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetPriority(hStream: CUstream, priority: *mut c_int) -> CUresult {
+    const CALL: &str = "cuStreamGetPriority";
+    api(CALL, || {
+        let out = Out::new(priority, CALL, "priority")?;
+        let p = stream(hStream, CALL)?.priority;
+        // SAFETY: writable by this fn's contract.
+        unsafe { out.write(p) };
+        Ok(())
     })
 }
 

@@ -201,3 +201,77 @@ fn creating_work_needs_a_current_context_per_thread() {
     });
     assert_eq!(pushed, (CUDA_SUCCESS, ctx_id, CUDA_ERROR_INVALID_CONTEXT));
 }
+
+/// The priority a stream reports (`cuStreamGetPriority`).
+fn priority_of(s: CUstream) -> i32 {
+    let mut p = i32::MIN;
+    // SAFETY: valid out-pointer.
+    ok(unsafe { cuStreamGetPriority(s, &mut p) });
+    p
+}
+
+// Fails if a stream's priority is not recorded or not clamped as the real
+// driver clamps it (checked: dropping the clamp in
+// cuStreamCreateWithPriority reads -100 back as -100).
+#[test]
+fn stream_priorities_are_clamped_to_the_range_and_read_back() {
+    setup();
+    let (mut least, mut greatest) = (i32::MIN, i32::MIN);
+    // SAFETY: valid out-pointers.
+    ok(unsafe { cuCtxGetStreamPriorityRange(&mut least, &mut greatest) });
+    assert_eq!((least, greatest), (0, -5));
+    // Either pointer may be null, as on the real driver.
+    let mut only_greatest = 1;
+    // SAFETY: null, and a valid out-pointer.
+    ok(unsafe { cuCtxGetStreamPriorityRange(std::ptr::null_mut(), &mut only_greatest) });
+    assert_eq!(only_greatest, -5);
+
+    let asked_and_got = [(-5, -5), (0, 0), (-2, -2), (-100, -5), (7, 0)];
+    let streams: Vec<CUstream> = asked_and_got
+        .iter()
+        .map(|&(asked, _)| {
+            let mut s: CUstream = std::ptr::null_mut();
+            // SAFETY: valid out-pointer.
+            ok(unsafe { cuStreamCreateWithPriority(&mut s, 0, asked) });
+            s
+        })
+        .collect();
+    let got: Vec<i32> = streams.iter().map(|&s| priority_of(s)).collect();
+    let want: Vec<i32> = asked_and_got.iter().map(|&(_, got)| got).collect();
+    assert_eq!(got, want);
+
+    // The default priority: a plain stream's and the null stream's.
+    let plain = new_stream();
+    assert_eq!(priority_of(plain), 0);
+    assert_eq!(priority_of(std::ptr::null_mut()), 0);
+
+    // A stream of any priority still runs its work.
+    let ran = Arc::new(Mutex::new(false));
+    let r = ran.clone();
+    ok(host_fn(streams[0], move || *r.lock().unwrap() = true));
+    ok(sync_stream(streams[0]));
+    assert!(*ran.lock().unwrap());
+
+    for s in streams.into_iter().chain([plain]) {
+        ok(cuStreamDestroy_v2(s));
+    }
+    let mut p = 0;
+    // SAFETY: valid out-pointer.
+    assert_eq!(
+        unsafe { cuStreamGetPriority(plain, &mut p) },
+        CUDA_ERROR_INVALID_HANDLE
+    );
+}
+
+// Fails if the range is answered without a context, as the real driver
+// does not (checked: dropping `require_context` there makes it succeed).
+#[test]
+fn stream_priority_range_needs_a_current_context() {
+    setup();
+    let r = within("thread without context", || {
+        let (mut least, mut greatest) = (0, 0);
+        // SAFETY: valid out-pointers.
+        unsafe { cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }
+    });
+    assert_eq!(r, CUDA_ERROR_INVALID_CONTEXT);
+}

@@ -7,8 +7,11 @@ use std::sync::Arc;
 use super::{CudaConfig, CudaDevice, Kernel, KernelArg, Launch};
 use crate::device::command::Command;
 use crate::device::recording::{RecordingPool, Target};
+#[cfg(feature = "testing")]
+use crate::device::Queue;
 use crate::device::{CommandBuffer, Device, DeviceInner};
 use crate::error::{Error, ErrorKind};
+use crate::task::Priority;
 
 impl Device {
     /// CUDA device `ordinal` with default settings (feature `cuda`).
@@ -24,8 +27,9 @@ impl Device {
     /// - [`ResourceExhausted`](ErrorKind::ResourceExhausted) if a queue's
     ///   completion thread cannot be spawned or the event pool's memory
     ///   cannot be had.
-    /// - [`Internal`](ErrorKind::Internal) if the driver fails to create a
-    ///   queue's stream or an event.
+    /// - [`Internal`](ErrorKind::Internal) if the driver fails to report
+    ///   its stream priority range or to create a queue's stream or an
+    ///   event.
     ///
     /// # Examples
     ///
@@ -51,7 +55,24 @@ impl Device {
     /// Errors: as [`cuda`](Self::cuda); `InvalidArgument` for 0 queues or
     /// 0 events.
     pub fn cuda_with(ordinal: usize, config: CudaConfig) -> Result<Device, Error> {
-        let device = CudaDevice::open(ordinal, config)?;
+        Self::cuda_with_priorities(ordinal, config, &[])
+    }
+
+    /// [`cuda_with`](Self::cuda_with), with queue `i`'s [`Priority`]
+    /// `priorities[i]` (`Normal` past the slice's end). A `High` queue's
+    /// stream is created with the context's greatest CUDA stream priority,
+    /// so the GPU prefers its pending blocks; `Normal` and `Low` queues'
+    /// streams get the default (least) one, as CUDA has no priority below
+    /// the default.
+    ///
+    /// Errors: as [`cuda_with`](Self::cuda_with); `InvalidArgument` for
+    /// more priorities than queues.
+    pub fn cuda_with_priorities(
+        ordinal: usize,
+        config: CudaConfig,
+        priorities: &[Priority],
+    ) -> Result<Device, Error> {
+        let device = CudaDevice::open(ordinal, config, priorities)?;
         let target = Target::Cuda(device.shared.clone());
         Ok(Device {
             inner: Arc::new(DeviceInner::Cuda(device)),
@@ -74,6 +95,48 @@ impl Device {
             DeviceInner::Cuda(d) => Kernel::load(&d.shared.ctx, ptx, name),
         }
     }
+}
+
+/// What tests check the CUDA stream priorities with (feature `testing`).
+#[cfg(feature = "testing")]
+impl Device {
+    /// The context's CUDA stream priority range, `(least, greatest)`, as
+    /// `cuCtxGetStreamPriorityRange` reports it.
+    ///
+    /// Errors: `FailedPrecondition` on the CPU device; `Internal` if the
+    /// driver call fails.
+    #[doc(hidden)]
+    pub fn cuda_stream_priority_range(&self) -> Result<(i32, i32), Error> {
+        match &*self.inner {
+            DeviceInner::Cpu { .. } => Err(not_cuda()),
+            DeviceInner::Cuda(d) => super::stream_priority::StreamPriorities::of(&d.shared.ctx)
+                .map(|r| (r.least, r.greatest)),
+        }
+    }
+}
+
+#[cfg(feature = "testing")]
+impl Queue {
+    /// The CUDA stream priority the driver reports for the queue's stream
+    /// (`cuStreamGetPriority`).
+    ///
+    /// Errors: `FailedPrecondition` on the CPU device; `Internal` if the
+    /// driver call fails.
+    #[doc(hidden)]
+    pub fn cuda_stream_priority(&self) -> Result<i32, Error> {
+        match &*self.device {
+            DeviceInner::Cpu { .. } => Err(not_cuda()),
+            DeviceInner::Cuda(d) => d.queues[self.index].backend().stream_priority(),
+        }
+    }
+}
+
+#[cfg(feature = "testing")]
+fn not_cuda() -> Error {
+    Error::new(
+        ErrorKind::FailedPrecondition,
+        "the CPU device has no CUDA streams",
+    )
 }
 
 impl CommandBuffer {

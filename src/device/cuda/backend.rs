@@ -10,12 +10,14 @@ use cudarc::driver::sys;
 
 use super::completer::{Completer, CompletionMode};
 use super::driver::{check, Event, Stream};
+use super::stream_priority::StreamPriorities;
 use super::CudaShared;
 use crate::device::teardown::QueueToken;
 use crate::device::Work;
 use crate::error::{Error, ErrorKind};
 use crate::queue::{Backend, Completion};
 use crate::semaphore::{AnyEvent, EventHandle, Semaphore};
+use crate::task::Priority;
 
 /// A CUDA action's payload: its work and the event recorded after it.
 pub(crate) struct CudaPayload {
@@ -42,27 +44,46 @@ pub(crate) struct CudaBackend {
     completer: Completer,
     stream: Arc<Stream>,
     device_waits: bool,
+    /// As configured; its stream was created with the matching CUDA
+    /// stream priority.
+    priority: Priority,
     /// Tells the device's drop when this queue's state is freed.
     _token: QueueToken,
 }
 
 impl CudaBackend {
+    /// Queue `index`'s backend: its stream, created with the CUDA stream
+    /// priority `range` maps `priority` to, and its completion thread.
     pub(crate) fn new(
         shared: &Arc<CudaShared>,
         mode: CompletionMode,
         device_waits: bool,
         index: usize,
+        priority: Priority,
+        range: StreamPriorities,
         token: QueueToken,
     ) -> Result<CudaBackend, Error> {
-        let stream = Arc::new(Stream::new(&shared.ctx)?);
+        let stream = Arc::new(Stream::new(&shared.ctx, range.stream_priority(priority))?);
         let completer = Completer::start(mode, shared.ctx.clone(), stream.clone(), index)?;
         Ok(CudaBackend {
             shared: shared.clone(),
             completer,
             stream,
             device_waits,
+            priority,
             _token: token,
         })
+    }
+
+    /// The queue's priority, as configured.
+    pub(crate) fn priority(&self) -> Priority {
+        self.priority
+    }
+
+    /// The priority the driver reports for the queue's stream.
+    #[cfg(feature = "testing")]
+    pub(crate) fn stream_priority(&self) -> Result<i32, Error> {
+        self.stream.priority()
     }
 
     /// The queue's completion thread.

@@ -28,7 +28,9 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuCtxPopCurrent_v2",
     "cuCtxSetCurrent",
     "cuCtxGetCurrent",
-    "cuStreamCreate",
+    "cuCtxGetStreamPriorityRange",
+    "cuStreamCreateWithPriority",
+    "cuStreamGetPriority",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
     "cuStreamQuery",
@@ -310,21 +312,42 @@ unsafe impl Send for Stream {}
 unsafe impl Sync for Stream {}
 
 impl Stream {
-    /// A non-blocking stream (no implicit sync with the legacy stream).
-    pub(crate) fn new(ctx: &Arc<Context>) -> Result<Stream, Error> {
+    /// A non-blocking stream (no implicit sync with the legacy stream) of
+    /// CUDA stream priority `priority` (from
+    /// [`StreamPriorities`](super::stream_priority::StreamPriorities); the
+    /// driver clamps a value outside the context's range).
+    pub(crate) fn new(ctx: &Arc<Context>, priority: i32) -> Result<Stream, Error> {
         let _cur = ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the context is current.
         check(
             unsafe {
-                sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+                sys::cuStreamCreateWithPriority(
+                    &mut raw,
+                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                    priority,
+                )
             },
-            "cuStreamCreate",
+            "cuStreamCreateWithPriority",
         )?;
         Ok(Stream {
             raw,
             ctx: ctx.clone(),
         })
+    }
+
+    /// The stream's priority as the driver reports it
+    /// (`cuStreamGetPriority`): what tests check the mapping with.
+    #[cfg(feature = "testing")]
+    pub(crate) fn priority(&self) -> Result<i32, Error> {
+        let _cur = self.ctx.enter()?;
+        let mut priority = 0;
+        // SAFETY: a live stream; out-pointer to a local.
+        check(
+            unsafe { sys::cuStreamGetPriority(self.raw, &mut priority) },
+            "cuStreamGetPriority",
+        )?;
+        Ok(priority)
     }
 
     /// Waits on the host until everything issued to the stream is done.

@@ -24,6 +24,7 @@ pub(crate) mod graph;
 mod kernel;
 pub(crate) mod mem_ref;
 mod seam;
+mod stream_priority;
 
 use std::sync::Arc;
 
@@ -38,8 +39,11 @@ use super::teardown::Teardown;
 use crate::error::{Error, ErrorKind};
 use crate::queue::PendingQueue;
 use crate::semaphore::EventPool;
+use crate::task::priority as priorities;
+use crate::task::Priority;
 use driver::{Context, Event};
 use graph::PinnedPool;
+use stream_priority::StreamPriorities;
 
 /// How the CUDA device is shaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +92,11 @@ pub(crate) struct CudaDevice {
 impl CudaDevice {
     /// Opens device `ordinal`. Never panics: any failure to load or
     /// initialize the driver is `Unavailable` with the reason.
-    pub(crate) fn open(ordinal: usize, config: CudaConfig) -> Result<CudaDevice, Error> {
+    pub(crate) fn open(
+        ordinal: usize,
+        config: CudaConfig,
+        priorities: &[Priority],
+    ) -> Result<CudaDevice, Error> {
         if config.queues == 0 || config.events == 0 {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -98,7 +106,8 @@ impl CudaDevice {
                 ),
             ));
         }
-        match std::panic::catch_unwind(|| Self::open_inner(ordinal, config)) {
+        priorities::check(priorities, config.queues)?;
+        match std::panic::catch_unwind(|| Self::open_inner(ordinal, config, priorities)) {
             Ok(r) => r,
             Err(_) => Err(Error::new(
                 ErrorKind::Unavailable,
@@ -107,7 +116,11 @@ impl CudaDevice {
         }
     }
 
-    fn open_inner(ordinal: usize, config: CudaConfig) -> Result<CudaDevice, Error> {
+    fn open_inner(
+        ordinal: usize,
+        config: CudaConfig,
+        priorities: &[Priority],
+    ) -> Result<CudaDevice, Error> {
         driver::load()?;
         let ctx = Context::primary(ordinal)?;
         let (c1, c2) = (ctx.clone(), ctx.clone());
@@ -124,6 +137,7 @@ impl CudaDevice {
             device_waits: Default::default(),
             handles: Arc::new(mem_ref::HandlePool::new()?),
         });
+        let range = StreamPriorities::of(&shared.ctx)?;
         let teardown = Teardown::new(config.queues);
         let queues = (0..config.queues)
             .map(|i| {
@@ -132,6 +146,8 @@ impl CudaDevice {
                     config.completion,
                     config.device_waits,
                     i,
+                    priorities::of_queue(priorities, i),
+                    range,
                     Teardown::token(&teardown),
                 )?;
                 PendingQueue::new(backend)

@@ -16,11 +16,17 @@ use crate::device::work::Work;
 use crate::device::Buffer;
 use crate::error::{Error, ErrorKind};
 use crate::semaphore::Semaphore;
+use crate::task::Priority;
 
 impl CudaDevice {
     /// Queues (streams) of the device.
     pub(crate) fn queue_count(&self) -> usize {
         self.queues.len()
+    }
+
+    /// Queue `index`'s priority, as configured (`Queue::priority`).
+    pub(crate) fn queue_priority(&self, index: usize) -> Priority {
+        self.queues[index].backend().priority()
     }
 
     /// Events created so far (each once, then reused).
