@@ -5,21 +5,27 @@
 //! 50 us always in flight). The same mix on rayon: a `spawn` per request
 //! into a 2-thread pool that a batch thread keeps busy.
 //!
-//! Prints the interactive requests' latency (submit to signal seen by the
-//! submitting thread) at p50 and p99 for each mode. Today every queue of a
-//! CPU device feeds one executor in arrival order, so a loaded request
-//! waits behind the batch backlog; queue priorities (not implemented yet)
-//! are meant to bring the loaded p99 within 2x of the unloaded one.
+//! Prints the interactive requests' latency (from the submission to the
+//! end of the request's last tile, as the tile's thread reads the clock:
+//! what the scheduler adds, not the OS's wake-up of the submitting thread,
+//! which on a machine whose cores the workers keep busy runs to
+//! milliseconds whatever the scheduler does) at p50 and p99 for each mode: unloaded, loaded with
+//! both queues at one priority (a request waits behind the batch backlog),
+//! and loaded with the interactive queue `High` and the batch queue `Low`
+//! (`Device::cpu_with_priorities`: the request's tasks are taken first, and the
+//! batch dispatches yield between tiles). The target: loaded p99 with
+//! priorities at most 2x the unloaded p99.
 //!
 //! Run: `cargo run --release --example mixed` (`-- <requests per mode>`,
 //! default 2000).
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use fenceline::{CpuConfig, Device, Error, Semaphore, Timeout};
+use fenceline::{CpuConfig, Device, Error, Priority, Semaphore, Timeout};
 
 /// Tiles of one interactive request, and of one batch dispatch.
 const REQUEST_TILES: u32 = 8;
@@ -28,6 +34,12 @@ const BATCH_TILES: u32 = 64;
 const BATCH_IN_FLIGHT: u64 = 4;
 /// Time between two interactive requests.
 const PERIOD: Duration = Duration::from_millis(1);
+
+/// Nanoseconds since the first call (one clock for every thread).
+fn now_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
 
 /// Spins for about `us` microseconds of arithmetic (calibrated once).
 fn work(iterations: u64) -> u64 {
@@ -57,17 +69,36 @@ fn report(name: &str, mut latencies: Vec<u64>) -> f64 {
     p99
 }
 
-/// Interactive requests on fenceline, with or without the batch stream.
-fn fenceline(requests: usize, per_us: u64, loaded: bool) -> Result<Vec<u64>, Error> {
-    let device = Device::cpu_with(CpuConfig {
-        workers: 2,
-        queues: 2,
-        ..Default::default()
-    })?;
+/// Interactive requests on fenceline, with or without the batch stream,
+/// with the interactive queue `High` and the batch one `Low` or both
+/// `Normal`.
+fn fenceline(
+    requests: usize,
+    per_us: u64,
+    loaded: bool,
+    prioritized: bool,
+) -> Result<Vec<u64>, Error> {
+    let priorities: &[Priority] = if prioritized {
+        &[Priority::High, Priority::Low]
+    } else {
+        &[]
+    };
+    let device = Device::cpu_with_priorities(
+        CpuConfig {
+            workers: 2,
+            queues: 2,
+            ..Default::default()
+        },
+        priorities,
+    )?;
     let (interactive, batch) = (device.queue(0)?, device.queue(1)?);
+    // The end of the latest request tile.
+    let end = Arc::new(AtomicU64::new(0));
     let mut request = device.command_buffer()?;
+    let tile_end = end.clone();
     request.dispatch([REQUEST_TILES, 1, 1], move |_| {
         black_box(work(5 * per_us));
+        tile_end.fetch_max(now_ns(), Ordering::AcqRel);
         Ok(())
     })?;
     request.end()?;
@@ -102,10 +133,10 @@ fn fenceline(requests: usize, per_us: u64, loaded: bool) -> Result<Vec<u64>, Err
         let mut next = Instant::now();
         for i in 1..=requests as u64 {
             next += PERIOD;
-            let t = Instant::now();
+            let t = now_ns();
             interactive.execute(&[], &[(&done, i)], &[&request])?;
             done.wait(i, Timeout::Never)?;
-            latencies.push(t.elapsed().as_nanos() as u64);
+            latencies.push(end.load(Ordering::Acquire) - t);
             if let Some(rest) = next.checked_duration_since(Instant::now()) {
                 std::thread::sleep(rest);
             }
@@ -157,12 +188,12 @@ fn rayon(requests: usize, per_us: u64, loaded: bool) -> Vec<u64> {
         })
     });
     std::thread::sleep(Duration::from_millis(20));
-    let (tx, rx) = mpsc::channel::<()>();
+    let (tx, rx) = mpsc::channel::<u64>();
     let mut latencies = Vec::with_capacity(requests);
     let mut next = Instant::now();
     for _ in 0..requests {
         next += PERIOD;
-        let t = Instant::now();
+        let t = now_ns();
         let tx = tx.clone();
         pool.spawn(move || {
             rayon::scope(|s| {
@@ -172,10 +203,10 @@ fn rayon(requests: usize, per_us: u64, loaded: bool) -> Vec<u64> {
                     });
                 }
             });
-            let _ = tx.send(());
+            let _ = tx.send(now_ns());
         });
-        rx.recv().expect("a request answers");
-        latencies.push(t.elapsed().as_nanos() as u64);
+        let end = rx.recv().expect("a request answers");
+        latencies.push(end - t);
         if let Some(rest) = next.checked_duration_since(Instant::now()) {
             std::thread::sleep(rest);
         }
@@ -198,17 +229,25 @@ fn main() -> Result<(), Error> {
         "interactive: {REQUEST_TILES} tiles of ~5 us every {PERIOD:?}; batch: {BATCH_IN_FLIGHT} \
          dispatches of {BATCH_TILES} tiles of ~50 us in flight; 2 workers; {requests} requests a mode"
     );
-    let unloaded = report("fenceline, unloaded", fenceline(requests, per_us, false)?);
-    let loaded = report(
-        "fenceline, loaded (one priority)",
-        fenceline(requests, per_us, true)?,
+    let unloaded = report(
+        "fenceline, unloaded",
+        fenceline(requests, per_us, false, false)?,
+    );
+    let one = report(
+        "fenceline, loaded, one priority",
+        fenceline(requests, per_us, true, false)?,
+    );
+    let prioritized = report(
+        "fenceline, loaded, High over Low",
+        fenceline(requests, per_us, true, true)?,
     );
     let rayon_unloaded = report("rayon, unloaded", rayon(requests, per_us, false));
     let rayon_loaded = report("rayon, loaded", rayon(requests, per_us, true));
     println!(
-        "loaded p99 / unloaded p99: fenceline {:.1}, rayon {:.1} (queue priorities, not \
-         implemented yet, aim at 2.0 or less)",
-        loaded / unloaded,
+        "loaded p99 / unloaded p99: fenceline with priorities {:.1} (target 2.0 or less), \
+         one priority {:.1}, rayon {:.1}",
+        prioritized / unloaded,
+        one / unloaded,
         rayon_loaded / rayon_unloaded
     );
     Ok(())
