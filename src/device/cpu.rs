@@ -63,9 +63,8 @@ pub(crate) struct CpuBackend {
     lone_scope: Scope,
     /// This queue's slot among the executor's issuer-turn slots.
     turn_slot: usize,
-    /// The queue's priority level (`Priority::level`), given to every
-    /// task its actions make.
-    level: u8,
+    /// The queue's priority, given to every task its actions make.
+    priority: Priority,
     /// Tells the device's drop when this queue's state is freed.
     _token: QueueToken,
 }
@@ -106,14 +105,14 @@ impl CpuBackend {
             host_scope: Scope::new(),
             lone_scope: Scope::uncounted(),
             turn_slot,
-            level: priority.level(),
+            priority,
             _token: token,
         }
     }
 
     /// The queue's priority.
     pub(crate) fn priority(&self) -> Priority {
-        Priority::from_level(self.level)
+        self.priority
     }
 
     /// The task blocks for a submission: this worker's cache (a hop: the
@@ -191,7 +190,7 @@ impl CpuBackend {
                 &self.exec,
                 &self.host_scope,
                 self.task_cache(),
-                self.level,
+                self.priority,
                 finally,
             )
         };
@@ -224,7 +223,7 @@ impl CpuBackend {
                 &self.exec,
                 &self.lone_scope,
                 self.task_cache(),
-                self.level,
+                self.priority,
                 finally,
             )
         };

@@ -9,6 +9,7 @@ use std::ptr::NonNull;
 
 use super::task::Task;
 use super::worker::{ExecutorState, TaskPool, Worker};
+use super::Priority;
 use crate::pool::BlockCache;
 use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
@@ -47,19 +48,19 @@ impl TaskContext {
         &self.0.shared
     }
 
-    /// Whether a ready task of a higher priority than `level` waits, on an
-    /// executor with levels (always `false` without): a task of `level`
-    /// that can stop early (a dispatch shard between tile ranges) yields
-    /// to it.
+    /// Whether a task of `priority` that can stop early (a dispatch shard
+    /// between tiles) should watch for higher-priority work: the executor
+    /// has levels and something can outrank it.
     #[inline]
-    pub(crate) fn outranked(&self, level: u8) -> bool {
-        self.0.levels() && self.0.outranked(level)
+    pub(crate) fn watches(&self, priority: Priority) -> bool {
+        self.0.levels() && priority != Priority::High
     }
 
-    /// Whether the executor has priority levels.
+    /// Whether a ready task of a higher priority than `priority` waits
+    /// (asked only when [`watches`](Self::watches) said so).
     #[inline]
-    pub(crate) fn levels(&self) -> bool {
-        self.0.levels()
+    pub(crate) fn outranked(&self, priority: Priority) -> bool {
+        self.0.outranked(priority)
     }
 
     /// Counts `task`, new and ready, among the executor's live tasks and

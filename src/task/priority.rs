@@ -49,22 +49,6 @@ impl Priority {
     /// [`Priority`]): the starvation bound. (2 under the model checker,
     /// so that its small models reach the turns.)
     pub const FAIRNESS_PERIOD: u32 = if cfg!(fenceline_loom) { 2 } else { 16 };
-
-    /// The level as stored in a task's header.
-    #[inline]
-    pub(crate) const fn level(self) -> u8 {
-        self as u8
-    }
-
-    /// A level stored by [`level`](Self::level) back as a priority.
-    #[inline]
-    pub(crate) const fn from_level(level: u8) -> Priority {
-        match level {
-            0 => Priority::Low,
-            2 => Priority::High,
-            _ => Priority::Normal,
-        }
-    }
 }
 
 /// Queue `index`'s priority in a device's queue `priorities` (`Normal`

@@ -6,6 +6,7 @@ use std::ptr::NonNull;
 use super::context::TaskContext;
 use super::join_count::JoinCount;
 use super::scope::ScopeInner;
+use super::Priority;
 use crate::error::Error;
 use crate::list::SingleLinks;
 use crate::sync::atomic::{AtomicU32, Ordering};
@@ -82,10 +83,9 @@ pub(crate) struct Task {
     pub(crate) counted: bool,
     /// How many times the payload ran (nested calls, dispatch phases).
     pub(crate) runs: Cell<u8>,
-    /// The [`Priority`](super::Priority) level of the task's queue
-    /// (`Priority::level`): where it waits while ready on an executor
-    /// with levels. Set before the task is first ready, then only read.
-    pub(crate) priority: Cell<u8>,
+    /// The priority of the task's queue or graph: where it waits while
+    /// ready on an executor with levels. Set at creation.
+    pub(crate) priority: Priority,
     /// Creation order within its graph: edges go from lower to higher,
     /// which keeps every graph acyclic.
     pub(crate) seq: Cell<u32>,
@@ -179,12 +179,12 @@ impl Task {
         let _ = task;
     }
 
-    /// The task's priority level (see the field).
+    /// The task's priority (see the field).
     #[inline]
-    pub(crate) fn level(task: NonNull<Task>) -> u8 {
+    pub(crate) fn priority(task: NonNull<Task>) -> Priority {
         // SAFETY: a live task (the caller owns it or holds it in a queue);
-        // the level is written before the task is first ready, never after.
-        unsafe { task.as_ref() }.priority.get()
+        // the priority is written at creation, never after.
+        unsafe { task.as_ref() }.priority
     }
 
     /// One predecessor finished: `true` if this made the task ready.

@@ -119,9 +119,8 @@ pub struct Graph<'e> {
     recent: [Option<TaskPtr>; PREFETCH_AHEAD],
     /// Task blocks for this graph.
     cache: GraphBlocks<'e>,
-    /// The priority level of the tasks made from here on
-    /// (`Priority::level`).
-    priority: u8,
+    /// The priority of the tasks made from here on.
+    priority: Priority,
 }
 
 impl fmt::Debug for Graph<'_> {
@@ -158,7 +157,7 @@ impl<'e> Graph<'e> {
             barriers: 0,
             recent: [None; PREFETCH_AHEAD],
             cache,
-            priority: Priority::Normal.level(),
+            priority: Priority::Normal,
         }
     }
 
@@ -169,7 +168,7 @@ impl<'e> Graph<'e> {
     /// ignored. A task a running task makes (a call's child, a dispatch's
     /// shard) has its maker's priority.
     pub fn set_priority(&mut self, priority: Priority) {
-        self.priority = priority.level();
+        self.priority = priority;
     }
 
     /// A graph on `exec` that takes its task blocks from `cache` (and
@@ -539,7 +538,7 @@ impl<'e> Graph<'e> {
         // it joins the task list (and takes its sequence number) last.
         let join = new_task(&mut self.cache, self.scope.as_ptr(), self.priority, || Nop)?;
         let first_seq = self.count;
-        let (scope, level) = (self.scope.as_ptr(), self.priority);
+        let (scope, priority) = (self.scope.as_ptr(), self.priority);
         let mut batch = Batch {
             graph: self,
             join,
@@ -547,7 +546,7 @@ impl<'e> Graph<'e> {
             done: false,
         };
         for i in 0..n {
-            let task = make_call(&mut batch.graph.cache, scope, level, make(i))?;
+            let task = make_call(&mut batch.graph.cache, scope, priority, make(i))?;
             // SAFETY: just made, ours alone.
             let t = unsafe { task.as_ref() };
             t.completion_task.set(Some(join));

@@ -92,7 +92,7 @@ impl Graph<'_> {
 /// Submits one `finally` task alone, with no graph around it: what a
 /// submission that is a single task (a one-command execute, a host call)
 /// needs, without a graph's identity, task list, counts and submit walk.
-/// The task has priority `level` (`Priority::level`).
+/// The task has priority `priority`.
 /// `f` gets `Ok(())` (the task has no predecessor). Out of task blocks:
 /// `f` is dropped uncalled and the error returned.
 ///
@@ -105,7 +105,7 @@ pub(crate) unsafe fn submit_finally<F, C>(
     exec: &ExecutorState,
     scope: &Scope,
     cache: NonNull<C>,
-    level: u8,
+    priority: Priority,
     f: F,
 ) -> Result<(), Error>
 where
@@ -114,7 +114,7 @@ where
 {
     // SAFETY: per contract, the cache is ours for this one acquire.
     let cache = unsafe { &mut *cache.as_ptr() };
-    let task = new_task(cache, scope.as_ptr(), level, || FinallyPayload::new(f))?;
+    let task = new_task(cache, scope.as_ptr(), priority, || FinallyPayload::new(f))?;
     // Counted in its scope before it can run, as `Graph::submit` counts a
     // graph's tasks.
     // SAFETY: the caller's handle keeps the scope alive.

@@ -9,6 +9,7 @@ use crate::small_box::SmallBox;
 use crate::task::context::TaskContext;
 use crate::task::scope::ScopeInner;
 use crate::task::task::{Outcome, Task, PAYLOAD};
+use crate::task::Priority;
 use crate::unwind::guarded;
 
 /// What a running call can do: add child calls that it joins on. A call
@@ -37,7 +38,7 @@ impl CallContext<'_> {
         // SAFETY: `self.task` is the running call, alive until it retires,
         // which waits for this child.
         let parent = unsafe { self.task.as_ref() };
-        let child = make_call(self.tasks.cache(), parent.scope, parent.priority.get(), f)?;
+        let child = make_call(self.tasks.cache(), parent.scope, parent.priority, f)?;
         // SAFETY: just created, ours.
         let c = unsafe { child.as_ref() };
         c.completion_task.set(Some(self.task));
@@ -102,18 +103,18 @@ where
     }
 }
 
-/// Creates a call task of priority `level` (not yet ready: `unfinished`
-/// 0, no links).
+/// Creates a call task of priority `priority` (not yet ready:
+/// `unfinished` 0, no links).
 pub(crate) fn make_call<F, C: BlockSource + ?Sized>(
     cache: &mut C,
     scope: NonNull<ScopeInner>,
-    level: u8,
+    priority: Priority,
     f: F,
 ) -> Result<NonNull<Task>, Error>
 where
     F: FnMut(&mut CallContext<'_>) -> Result<(), Error> + Send + 'static,
 {
-    new_task(cache, scope, level, || CallPayload {
+    new_task(cache, scope, priority, || CallPayload {
         f: SmallBox::new(f),
     })
 }

@@ -11,7 +11,7 @@ use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::task::context::TaskContext;
 use crate::task::task::{Outcome, Task, FLAG_FAILED, PAYLOAD};
 use crate::task::tile_counter::TileCounter;
-use crate::task::{Priority, Tile};
+use crate::task::Tile;
 use crate::unwind::guarded;
 
 /// A dispatch's payload: the tile closure (in the task block when it fits
@@ -69,8 +69,8 @@ where
         // With priority levels, a shard stops claiming tiles while a
         // higher-priority task waits (`claim_and_run`); the tiles it left
         // run in a later phase of this task.
-        let level = t.priority.get();
-        let watch = tasks.levels() && level != Priority::High.level();
+        let priority = t.priority;
+        let watch = tasks.watches(priority);
         let workers = tasks.workers() as u64;
         if t.runs.get() == 1 {
             if total == 0 {
@@ -108,7 +108,7 @@ where
         // deque trip), and this worker starts on tiles at once.
         t.unfinished.set(1);
         for _ in 1..shards {
-            let shard = match new_task(tasks.cache(), t.scope, level, || ShardPayload::<F> {
+            let shard = match new_task(tasks.cache(), t.scope, priority, || ShardPayload::<F> {
                 dispatch: task,
                 _dispatch_kind: PhantomData,
             }) {
@@ -132,7 +132,7 @@ where
         // (user code, which may block).
         tasks.publish();
         let ctx = &*tasks;
-        if let Err(e) = claim_and_run(f.get(), p, || watch && ctx.outranked(level)) {
+        if let Err(e) = claim_and_run(f.get(), p, || watch && ctx.outranked(priority)) {
             // Counted like a failed shard: the scope keeps the error and
             // the dispatch, once the shards are done, fails.
             // SAFETY: the task keeps its scope alive.
@@ -206,10 +206,12 @@ where
         // SAFETY: as above; shards only read it and use its atomics.
         let DispatchPayload { f, grid: p } =
             unsafe { dispatch.as_ref().payload::<DispatchPayload<F>>() };
-        let level = Task::level(task);
-        let watch = tasks.levels() && level != Priority::High.level();
+        let priority = Task::priority(task);
+        let watch = tasks.watches(priority);
         let ctx = &*tasks;
-        Outcome::Done(claim_and_run(f.get(), p, || watch && ctx.outranked(level)))
+        Outcome::Done(claim_and_run(f.get(), p, || {
+            watch && ctx.outranked(priority)
+        }))
     }
 }
 

@@ -16,6 +16,7 @@ use std::ptr::{addr_of_mut, NonNull};
 use super::context::TaskContext;
 use super::scope::ScopeInner;
 use super::task::{Outcome, Task, VTable};
+use super::Priority;
 use crate::error::Error;
 use crate::pool::BlockSource;
 
@@ -79,8 +80,7 @@ unsafe fn drop_in_block<T>(task: NonNull<Task>) {
     unsafe { std::ptr::drop_in_place(Task::payload_ptr::<T>(task)) }
 }
 
-/// Writes a task of kind `K` and priority `level` (`Priority::level`)
-/// with the payload `make` returns into a fresh block (not yet ready:
+/// Writes a task of kind `K` and priority `priority` with the payload `make` returns into a fresh block (not yet ready:
 /// `unfinished` 0, no links). The payload is made
 /// once the block is had, straight into it when the compiler sees through
 /// `make` (a payload of a few hundred bytes is not made on the stack and
@@ -89,7 +89,7 @@ unsafe fn drop_in_block<T>(task: NonNull<Task>) {
 pub(crate) fn new_task<K: Kind, C: BlockSource + ?Sized>(
     cache: &mut C,
     scope: NonNull<ScopeInner>,
-    level: u8,
+    priority: Priority,
     make: impl FnOnce() -> K,
 ) -> Result<NonNull<Task>, Error> {
     const { assert!(Task::fits::<K>(), "payload too large for a task block") };
@@ -114,7 +114,7 @@ pub(crate) fn new_task<K: Kind, C: BlockSource + ?Sized>(
         addr_of_mut!((*t).forked).write(crate::sync::Cell::new(false));
         addr_of_mut!((*t).counted).write(counted);
         addr_of_mut!((*t).runs).write(crate::sync::Cell::new(0));
-        addr_of_mut!((*t).priority).write(crate::sync::Cell::new(level));
+        addr_of_mut!((*t).priority).write(priority);
         addr_of_mut!((*t).seq).write(crate::sync::Cell::new(0));
         Task::payload_ptr::<K>(task).write(make());
     }

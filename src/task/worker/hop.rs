@@ -123,7 +123,7 @@ impl ExecutorState {
         if self.levels
             && ready
                 .front()
-                .is_some_and(|t| Task::level(t) != Priority::Normal.level())
+                .is_some_and(|t| Task::priority(t) != Priority::Normal)
         {
             return Err(ready);
         }
@@ -211,7 +211,7 @@ impl ExecutorState {
         // With levels, a `Low` task never runs next: it waits behind
         // everything else (a `High` or `Normal` one runs next unless the
         // worker then finds a `High` one waiting: `find_leveled`).
-        if self.levels && Task::level(task) == Priority::Low.level() {
+        if self.levels && Task::priority(task) == Priority::Low {
             return Err(task);
         }
         if local.next.get().is_some() || !local.deque.is_empty() {

@@ -39,7 +39,7 @@ impl Worker {
             return below.or_else(|| self.take_level(Priority::High));
         }
         if let Some(t) = self.take_next() {
-            if Task::level(t) == Priority::High.level() || !self.shared.high_waiting() {
+            if Task::priority(t) == Priority::High || !self.shared.high_waiting() {
                 return Some(t);
             }
             // A `Normal` task (a `Low` one never hops) outranked: back on
@@ -79,7 +79,7 @@ impl Worker {
     /// the oldest chunk's first task; the chunk's rest goes back as a chunk
     /// of its own, in front (no walk: its second task heads it).
     fn take_level(&mut self, level: Priority) -> Option<NonNull<Task>> {
-        let injector = self.shared.injector_for(level.level());
+        let injector = self.shared.injector_for(level);
         if injector.is_empty() {
             return None;
         }
@@ -107,11 +107,12 @@ impl Worker {
         Some(first)
     }
 
-    /// Whether a ready task of a higher level than `level` waits (with
-    /// levels): a `Normal` or `Low` task that would run next yields to it.
+    /// Whether a ready task of a higher priority than `priority` waits
+    /// (with levels): a `Normal` or `Low` task that would run next yields
+    /// to it.
     /// `Normal` work counts wherever it is: an injector or any deque.
-    pub(in crate::task) fn outranked(&self, level: u8) -> bool {
-        match Priority::from_level(level) {
+    pub(in crate::task) fn outranked(&self, priority: Priority) -> bool {
+        match priority {
             Priority::High => false,
             Priority::Normal => self.shared.high_waiting(),
             Priority::Low => {

@@ -223,7 +223,7 @@ impl Worker {
     /// instead (never on a deque, whose owner pops in LIFO order whatever
     /// the level), published at once.
     pub(super) fn push(&mut self, task: NonNull<Task>) {
-        if self.levels && Task::level(task) != Priority::Normal.level() {
+        if self.levels && Task::priority(task) != Priority::Normal {
             self.shared.inject(task);
         } else if self.local().len() < LOCAL_CAP {
             self.local().push(TaskPtr(task));

@@ -169,7 +169,7 @@ impl Worker {
             // level's waiting task, and to a fairness turn: back where it
             // waits, and the worker looks for work in order.
             if self.levels
-                && (self.ticks >= Priority::FAIRNESS_PERIOD || self.outranked(Task::level(task)))
+                && (self.ticks >= Priority::FAIRNESS_PERIOD || self.outranked(Task::priority(task)))
             {
                 self.push(task);
                 return;

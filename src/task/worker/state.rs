@@ -216,14 +216,14 @@ impl ExecutorState {
         self.high_chunks.load(Ordering::Acquire) != 0
     }
 
-    /// The injector where ready tasks of priority `level` wait: the one
-    /// injector when the executor has no levels.
+    /// The injector where ready tasks of `priority` wait: the one injector
+    /// when the executor has no levels.
     #[inline]
-    pub(crate) fn injector_for(&self, level: u8) -> &TransferStack<ForkLink> {
+    pub(crate) fn injector_for(&self, priority: Priority) -> &TransferStack<ForkLink> {
         if !self.levels {
             return &self.injector;
         }
-        match Priority::from_level(level) {
+        match priority {
             Priority::High => &self.high,
             Priority::Normal => &self.injector,
             Priority::Low => &self.low,
@@ -246,11 +246,11 @@ impl ExecutorState {
     pub(crate) fn push_chunks(&self, chunks: SList<ForkLink>) {
         let injector = match chunks.front() {
             Some(first) if self.levels => {
-                let level = Task::level(first);
-                if level == Priority::High.level() {
+                let priority = Task::priority(first);
+                if priority == Priority::High {
                     self.high_chunks.fetch_add(chunks.len(), Ordering::AcqRel);
                 }
-                self.injector_for(level)
+                self.injector_for(priority)
             }
             _ => &self.injector,
         };
