@@ -104,7 +104,9 @@ pub use trace::Trace;
 /// crate's own tests: its atomics count on every call).
 #[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
 #[doc(hidden)]
-pub use sync::counted::{counts as rmw_counts, trace as rmw_trace, trace_all as rmw_trace_all};
+pub use sync::counted::{
+    counts as rmw_counts, link_reads, trace as rmw_trace, trace_all as rmw_trace_all,
+};
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

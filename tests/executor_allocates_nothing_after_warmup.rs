@@ -1,6 +1,7 @@
 //! With a counting global allocator: after warm-up, 1000 rounds of a fork
-//! of 256 calls + join, a 4096-tile dispatch and a `fork_join` of 256
-//! calls allocate nothing on any thread (the executor's workers
+//! of 256 calls + join, a 4096-tile dispatch, a `fork_join` of 256
+//! calls and a 16 x 16 wavefront of `precede` edges with a 100-way fan-out
+//! (edge blocks) allocate nothing on any thread (the executor's workers
 //! included); and a closure allocates (one box) exactly when it is larger
 //! than its kind's documented room.
 
@@ -59,6 +60,36 @@ fn round(exec: &Executor, scope: &Scope, sum: &Arc<AtomicU64>) {
         }
     })
     .unwrap();
+    // General edges (`precede`): a 16 x 16 wavefront, and a task with 100
+    // successors (edge blocks from the task pool).
+    let mut grid = [None; 256];
+    for (k, slot) in grid.iter_mut().enumerate() {
+        let s = sum.clone();
+        *slot = Some(
+            g.call(move |_| {
+                s.fetch_add(k as u64, Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap(),
+        );
+    }
+    let grid = grid.map(Option::unwrap);
+    for i in 0..16 {
+        for j in 0..16 {
+            if j + 1 < 16 {
+                g.precede(grid[i * 16 + j], grid[i * 16 + j + 1]).unwrap();
+            }
+            if i + 1 < 16 {
+                g.precede(grid[i * 16 + j], grid[(i + 1) * 16 + j]).unwrap();
+            }
+        }
+    }
+    let head = g.nop().unwrap();
+    g.precede(grid[255], head).unwrap();
+    for _ in 0..100 {
+        let t = g.nop().unwrap();
+        g.precede(head, t).unwrap();
+    }
     g.submit();
     scope.wait_idle(Duration::from_secs(10)).unwrap();
 }
@@ -71,7 +102,7 @@ fn fork_join_and_dispatch_allocate_nothing() {
     .unwrap();
     let scope = Scope::new();
     let sum = Arc::new(AtomicU64::new(0));
-    let per_round = 2 * (0..256u64).sum::<u64>() + 2 * 64 * (0..64u64).sum::<u64>();
+    let per_round = 3 * (0..256u64).sum::<u64>() + 2 * 64 * (0..64u64).sum::<u64>();
     for _ in 0..50 {
         round(&exec, &scope, &sum); // warm-up: pools, deques, epoch pins
     }

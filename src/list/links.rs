@@ -173,6 +173,8 @@ impl<T> fmt::Debug for DoubleLinks<T> {
 /// `node` is valid and its `L` links are not accessed concurrently.
 #[inline]
 pub(crate) unsafe fn next<L: SingleLink>(node: NonNull<L::Node>) -> Option<NonNull<L::Node>> {
+    #[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
+    crate::sync::counted::link_read();
     // SAFETY: `links` points into the valid node; access is exclusive.
     unsafe { L::links(node).as_ref().next.with(|p| *p) }
 }

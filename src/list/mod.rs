@@ -28,18 +28,24 @@
 //!   for stealing (tasks).
 //! - [`TransferStack`]: many producers push with a CAS, one consumer takes
 //!   everything with a single `swap` and gets it in FIFO order.
+//! - [`Injector`]: many producers and many consumers, FIFO, O(1) amortized
+//!   per node (a `TransferStack` and a consumer token).
 
 // First, with its macro: `link!` is in scope for the modules after it.
 #[macro_use]
 mod links;
 mod dlist;
 mod ends;
+mod injector;
 mod slist;
 mod transfer_stack;
 
 pub use dlist::DList;
 #[cfg(any(test, feature = "testing"))]
 pub use ends::Iter;
+#[cfg(any(test, feature = "testing"))]
+pub use injector::Front;
+pub use injector::{Injector, Take};
 pub(crate) use links::next as links_next;
 pub(crate) use links::set_next as set_links_next;
 pub use links::{DoubleLink, DoubleLinks, Handle, Link, SingleLink, SingleLinks};

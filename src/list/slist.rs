@@ -186,6 +186,7 @@ impl<L: SingleLink> SList<L> {
         }
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Reverses the list in place, O(n).
     pub fn reverse(&mut self) {
         let mut reversed: Option<NonNull<L::Node>> = None;

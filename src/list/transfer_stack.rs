@@ -76,6 +76,7 @@ impl<L: SingleLink> TransferStack<L> {
         unsafe { self.push_chain(node, node) }
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Pushes every node of `list`, as if pushed one by one in list order
     /// (so `take_all` returns them after earlier pushes, in list order), with
     /// one CAS. O(len) to prepare (the chain is reversed first), O(1) shared.

@@ -85,6 +85,22 @@ pub fn counts() -> (u64, u64, u64) {
     )
 }
 
+/// Links followed in the crate's intrusive lists, by every thread (each
+/// read of a node's next link: a walk's step).
+static LINK_READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts one link followed (`crate::list`'s `next`).
+#[inline(always)]
+pub(crate) fn link_read() {
+    LINK_READS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Links followed in the crate's intrusive lists so far, by every thread:
+/// the nodes that walks (a take's reversal, a chunk's walk, a pop) visited.
+pub fn link_reads() -> u64 {
+    LINK_READS.load(Ordering::Relaxed)
+}
+
 pub(crate) fn fence(order: Ordering) {
     if order == Ordering::SeqCst {
         FENCE.with(|c| c.set(c.get() + 1));

@@ -6,11 +6,13 @@
 //! (releases many), fence (signals a semaphore on completion), wait (until
 //! a semaphore reaches a value, on a timepoint, with a timeout), dispatch
 //! (a closure over a 3-D tile grid, split into shards that claim tiles with
-//! an atomic counter). A failed task's dependents do not run; tasks that do
+//! an atomic counter). Any earlier task may precede any later one
+//! (`Graph::precede`). A failed task's dependents do not run; tasks that do
 //! not depend on it still do. A panic in user code becomes an error.
 
 mod context;
 mod deque;
+mod edges;
 mod executor;
 mod graph;
 mod join_count;

@@ -4,6 +4,7 @@ use std::mem::{self, MaybeUninit};
 use std::ptr::NonNull;
 
 use super::context::TaskContext;
+use super::edges::Successors;
 use super::join_count::JoinCount;
 use super::scope::ScopeInner;
 use super::Priority;
@@ -24,6 +25,11 @@ pub(crate) const TASK_BLOCK: usize = mem::size_of::<Task>();
 pub(crate) const FLAG_FAILED: u32 = 1;
 /// `flags`: cancelled by executor shutdown (waits).
 pub(crate) const FLAG_CANCELLED: u32 = 2;
+
+/// `build`: the task is a barrier's dependent.
+pub(crate) const FORKED: u8 = 1;
+/// `build`: the completion task was set by `Graph::precede`.
+pub(crate) const PRECEDED: u8 = 2;
 
 /// What running a task's payload produced.
 pub(crate) enum Outcome {
@@ -75,8 +81,10 @@ pub(crate) struct Task {
     pub(crate) vtable: &'static VTable,
     /// Block index in the executor's task pool.
     pub(crate) block: u32,
-    /// Whether the task is already some barrier's dependent.
-    pub(crate) forked: Cell<bool>,
+    /// While the graph is built: `FORKED` (the task is some barrier's
+    /// dependent), `PRECEDED` (its completion task is a `precede` edge,
+    /// which `set_completion` may move to `successors`).
+    pub(crate) build: Cell<u8>,
     /// Its scope counts it (`ScopeInner::counted`, copied at creation:
     /// the retirement must not read an uncounted scope, which may be
     /// gone by then).
@@ -86,9 +94,9 @@ pub(crate) struct Task {
     /// The priority of the task's queue or graph: where it waits while
     /// ready on an executor with levels. Set at creation.
     pub(crate) priority: Priority,
-    /// Creation order within its graph: edges go from lower to higher,
-    /// which keeps every graph acyclic.
-    pub(crate) seq: Cell<u32>,
+    /// Successors past the completion task (`Graph::precede`): one
+    /// inline, more in edge blocks.
+    pub(crate) successors: Cell<Successors>,
     /// Interior-mutable: the running worker writes it while other code
     /// holds `&Task` for the header.
     pub(crate) payload: std::cell::UnsafeCell<Payload>,

@@ -81,6 +81,12 @@ pub(super) unsafe fn free_unsubmitted<C: BlockSource + ?Sized>(cache: &mut C, ta
     // drop graphs that borrow a lent cache themselves).
     // SAFETY: owned per contract, the payload live until here.
     let _ = unsafe { drop_payload(task) };
+    // Its edge blocks (`precede`), from the same pool; the successors are
+    // freed on their own.
+    // SAFETY: owned per contract.
+    let successors = unsafe { task.as_ref() }.successors.get();
+    // SAFETY: per contract; given back once, here.
+    unsafe { successors.drain(cache, |_| {}) };
     // SAFETY: the payload is gone; the block came from this cache's pool.
     unsafe { release_block(cache, task) };
 }

@@ -11,7 +11,7 @@ use super::kind::{
 };
 use super::scope::{Scope, ScopeInner};
 use super::task::ForkLink;
-use super::task::{QueueLink, Task, TaskPtr};
+use super::task::{QueueLink, Task, TaskPtr, FORKED, PRECEDED};
 use super::worker::{
     drop_payload, release_block, set_prefetch_hint, ExecutorState, TaskPool, CHUNK, PREFETCH_AHEAD,
 };
@@ -63,11 +63,12 @@ impl fmt::Debug for TaskId {
 }
 
 /// A task DAG under construction: tasks in the executor's pools, edges
-/// added with [`set_completion`](Graph::set_completion) (join: the task
-/// counts toward its completion task) and [`barrier`](Graph::barrier) +
-/// [`fork`](Graph::fork) (one task releasing many). Edges always go from a
-/// task created earlier to one created later, so a graph cannot have a
-/// cycle. [`submit`](Graph::submit) hands the tasks to the workers; dropping
+/// added with [`precede`](Graph::precede) (any earlier task before any
+/// later one, any number each way), [`set_completion`](Graph::set_completion)
+/// (join: the task counts toward its completion task) and
+/// [`barrier`](Graph::barrier) + [`fork`](Graph::fork) (one task releasing
+/// many). Edges always go from a task created earlier to one created later,
+/// so a graph cannot have a cycle. [`submit`](Graph::submit) hands the tasks to the workers; dropping
 /// an unsubmitted graph frees them without running any.
 ///
 /// ```
@@ -211,7 +212,6 @@ impl<'e> Graph<'e> {
         // the graph submits or frees it.
         unsafe {
             self.barriers += u32::from(task.as_ref().vtable.forks);
-            task.as_ref().seq.set(seq);
             self.tasks.push_back(Handle::from_raw(task));
         }
         // Creation order is most often run order (a chain, a pipeline's
@@ -225,9 +225,9 @@ impl<'e> Graph<'e> {
         let slot = &mut self.recent[seq as usize % PREFETCH_AHEAD];
         if let Some(TaskPtr(back)) = slot.replace(TaskPtr(task)) {
             // SAFETY: a task of this graph (not submitted while the graph
-            // can adopt), in no fork list (`forked` is false).
+            // can adopt), in no fork list (`FORKED` is clear).
             unsafe {
-                if !back.as_ref().forked.get() {
+                if back.as_ref().build.get() & FORKED == 0 {
                     set_prefetch_hint(back, task);
                 }
             }
@@ -305,9 +305,11 @@ impl<'e> Graph<'e> {
         if join.seq <= first.seq {
             return Err(backward(first, join));
         }
-        // Two walks: check everything first, so an error changes nothing.
+        // Two walks: check everything first, so an error changes nothing
+        // (but running out of memory for a moved `precede` edge).
         for pass in 0..2 {
             let mut cursor = Some(first.task);
+            let mut k = 0;
             while let Some(t) = cursor {
                 if t == join.task {
                     break;
@@ -315,17 +317,18 @@ impl<'e> Graph<'e> {
                 // SAFETY: tasks of this graph, linked in creation order
                 // through `next` until submission.
                 let task = unsafe { t.as_ref() };
-                if pass == 0 && task.completion_task.get().is_some() {
+                if pass == 0 && has_own_completion(task) {
                     return Err(Error::new(
                         ErrorKind::InvalidArgument,
-                        format!("task #{} already has a completion task", task.seq.get()),
+                        format!(
+                            "the task {k} places after {first:?} already has a completion task"
+                        ),
                     ));
                 }
                 if pass == 1 {
-                    task.completion_task.set(Some(join.task));
-                    // SAFETY: `join` is a task of this graph, not submitted.
-                    self.roots -= u32::from(unsafe { add_predecessor(join.task.as_ref()) });
+                    self.set_completion_of(task, join.task)?;
                 }
+                k += 1;
                 // SAFETY: as above.
                 cursor = unsafe { crate::list::links_next::<QueueLink>(t) };
             }
@@ -416,22 +419,115 @@ impl<'e> Graph<'e> {
     /// `task` (and its other predecessors) finished. Raises
     /// `completion`'s pending count.
     ///
-    /// Errors: `InvalidArgument` if `task` already has a completion task,
-    /// if `completion` was created before `task` (edges go forward), or if
-    /// either belongs to another graph.
+    /// A task has one completion task; [`precede`](Self::precede) adds any
+    /// number of other successors (edges it added before this call stay).
+    ///
+    /// Errors: `InvalidArgument` if `task` already has a completion task
+    /// (set here, by `join_from` or by `fork_join`), if `completion` was
+    /// created before `task` (edges go forward), or if either belongs to
+    /// another graph; `ResourceExhausted` without task memory for the
+    /// `precede` edge it moves aside.
     pub fn set_completion(&mut self, task: TaskId, completion: TaskId) -> Result<(), Error> {
-        let (t, c) = (self.check(task)?, self.check(completion)?);
+        let (t, _) = (self.check(task)?, self.check(completion)?);
         if completion.seq <= task.seq {
             return Err(backward(task, completion));
         }
-        if t.completion_task.get().is_some() {
+        if has_own_completion(t) {
             return Err(invalid_id(
                 task,
-                "already has a completion task; join through a barrier",
+                "already has a completion task; add more successors with `precede`",
             ));
         }
-        t.completion_task.set(Some(completion.task));
-        let was_root = add_predecessor(c);
+        // SAFETY: a task of this graph (checked), not submitted.
+        self.set_completion_of(unsafe { task.task.as_ref() }, completion.task)
+    }
+
+    /// Makes `completion` `task`'s completion task, moving a `precede`
+    /// edge that held the place to the task's other successors.
+    fn set_completion_of(&mut self, t: &Task, completion: NonNull<Task>) -> Result<(), Error> {
+        // `t` is a task of this graph (not borrowed from `self`: the
+        // caller got it from a checked id or the task list).
+        if let Some(edge) = t.completion_task.get() {
+            // A `precede` edge (callers checked `has_own_completion`).
+            t.successors
+                .set(t.successors.get().add(&mut self.cache, edge)?);
+        }
+        t.completion_task.set(Some(completion));
+        t.build.set(t.build.get() & !PRECEDED);
+        // SAFETY: a task of this graph, not submitted.
+        let was_root = add_predecessor(unsafe { completion.as_ref() });
+        self.roots -= u32::from(was_root);
+        Ok(())
+    }
+
+    /// `before` precedes `after`: `after` runs only once `before` (and its
+    /// other predecessors) finished, and not at all if `before` failed.
+    /// Any task may precede any number of later tasks, and follow any
+    /// number of earlier ones (Taskflow's `a.precede(b)`); with
+    /// [`set_completion`](Self::set_completion) and [`fork`](Self::fork)
+    /// it builds any DAG. The first two successors of a task are kept in
+    /// its header, more in edge blocks from the executor's task pool
+    /// (allocation-free once warm, freed as the task retires). The same
+    /// edge given twice counts twice (`after` waits for both, which
+    /// `before` meets at once).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use fenceline::task::{Executor, ExecutorConfig, Scope};
+    ///
+    /// let exec = Executor::new(ExecutorConfig { workers: 2, ..Default::default() })?;
+    /// let scope = Scope::new();
+    /// let order = Arc::new(AtomicU32::new(0));
+    /// let mut g = exec.graph(&scope);
+    /// // A diamond: a before b and c, both before d.
+    /// let step = |g: &mut fenceline::task::Graph<'_>, want: std::ops::RangeInclusive<u32>| {
+    ///     let order = order.clone();
+    ///     g.call(move |_| {
+    ///         let seen = order.fetch_add(1, Ordering::SeqCst);
+    ///         assert!(want.contains(&seen), "ran {seen}th");
+    ///         Ok(())
+    ///     })
+    /// };
+    /// let a = step(&mut g, 0..=0)?;
+    /// let b = step(&mut g, 1..=2)?;
+    /// let c = step(&mut g, 1..=2)?;
+    /// let d = step(&mut g, 3..=3)?;
+    /// g.precede(a, b)?;
+    /// g.precede(a, c)?;
+    /// g.precede(b, d)?;
+    /// g.precede(c, d)?;
+    /// g.submit();
+    /// scope.wait_idle(Duration::from_secs(5))?;
+    /// assert_eq!(order.load(Ordering::SeqCst), 4);
+    /// # Ok::<(), fenceline::Error>(())
+    /// ```
+    ///
+    /// Errors (nothing is changed then): `InvalidArgument` if `after` was
+    /// created before `before`, or is `before` (edges go forward, so no
+    /// graph has a cycle), or if either belongs to another graph;
+    /// `ResourceExhausted` without task memory for an edge block.
+    pub fn precede(&mut self, before: TaskId, after: TaskId) -> Result<(), Error> {
+        self.check(before)?;
+        self.check(after)?;
+        if after.seq <= before.seq {
+            return Err(backward(before, after));
+        }
+        // SAFETY: tasks of this graph (checked), not submitted; only this
+        // graph touches them.
+        let (b, a) = unsafe { (before.task.as_ref(), after.task.as_ref()) };
+        if b.completion_task.get().is_none() {
+            // The first successor takes the completion task's place (the
+            // retiring worker's fast path); `set_completion` may still
+            // claim it.
+            b.completion_task.set(Some(after.task));
+            b.build.set(b.build.get() | PRECEDED);
+        } else {
+            b.successors
+                .set(b.successors.get().add(&mut self.cache, after.task)?);
+        }
+        let was_root = add_predecessor(a);
         self.roots -= u32::from(was_root);
         Ok(())
     }
@@ -449,18 +545,18 @@ impl<'e> Graph<'e> {
         if dependent.seq <= barrier.seq {
             return Err(backward(barrier, dependent));
         }
-        if d.forked.get() {
+        if d.build.get() & FORKED != 0 {
             return Err(invalid_id(dependent, "already follows a barrier"));
         }
         // SAFETY: a barrier's payload is a `BarrierPayload`; the graph owns
         // the task and nothing else touches it before submission.
         let p = unsafe { &mut *Task::payload_ptr::<BarrierPayload>(barrier.task) };
-        // SAFETY: the graph owns the task, and `forked` says it is in no
+        // SAFETY: the graph owns the task, and `FORKED` says it is in no
         // barrier's list yet; it stays allocated until the barrier retires
         // (it cannot run before: the barrier counts toward it).
         p.dependents
             .push_back(unsafe { Handle::from_raw(dependent.task) });
-        d.forked.set(true);
+        d.build.set(d.build.get() | FORKED);
         let was_root = add_predecessor(d);
         self.roots -= u32::from(was_root);
         Ok(())
@@ -537,7 +633,6 @@ impl<'e> Graph<'e> {
         // The join's block first, so each call points at it as it is made;
         // it joins the task list (and takes its sequence number) last.
         let join = new_task(&mut self.cache, self.scope.as_ptr(), self.priority, || Nop)?;
-        let first_seq = self.count;
         let (scope, priority) = (self.scope.as_ptr(), self.priority);
         let mut batch = Batch {
             graph: self,
@@ -550,7 +645,6 @@ impl<'e> Graph<'e> {
             // SAFETY: just made, ours alone.
             let t = unsafe { task.as_ref() };
             t.completion_task.set(Some(join));
-            t.seq.set(first_seq + i);
             // Its only predecessor is the barrier, whose finish releases
             // the chunk: no count to decrement (`unfinished` stays 0).
             // SAFETY: in no list yet; the chunks own it from here.
@@ -571,6 +665,12 @@ impl<'e> Graph<'e> {
         self.roots -= 1;
         Ok(id)
     }
+}
+
+/// Whether `task` has a completion task set by `set_completion`,
+/// `join_from` or `fork_join` (not a `precede` edge in its place).
+fn has_own_completion(task: &Task) -> bool {
+    task.completion_task.get().is_some() && task.build.get() & PRECEDED == 0
 }
 
 /// Counts one more predecessor of `task`, a task of a graph being built:

@@ -43,9 +43,16 @@ impl Graph<'_> {
         self.exec
             .live
             .fetch_add(self.count as usize, crate::sync::atomic::Ordering::Relaxed);
-        let mut ready = SList::<QueueLink>::new();
-        // Barriers that wait for something: their queue links are free
-        // once out of the task list, and link them here for a moment.
+        // The first `CHUNK` roots, handed over as a list (a completion's
+        // hop puts them on its worker's deque); the rest straight into
+        // ready chunks as the walk meets them (one walk, not a walk and
+        // then a split).
+        let mut first = SList::<QueueLink>::new();
+        let mut more = ReadyChunks::default();
+        // Barriers: their dependents' queue links are free only once the
+        // walk is over (they come later in the task list), so they are
+        // chunked after it; their queue links, free once out of the task
+        // list, link them here for a moment.
         let mut barriers = SList::<QueueLink>::new();
         // The walk stops once it has met every root and every barrier
         // (counted while building): the rest of the list holds only tasks
@@ -61,31 +68,70 @@ impl Graph<'_> {
             };
             // SAFETY: the graph owns the task until here.
             let t = unsafe { task.as_ptr().as_ref() };
-            forks = forks.saturating_sub(u32::from(t.vtable.forks));
-            if t.unfinished.get() == 0 {
-                roots = roots.saturating_sub(1);
-                ready.push_back(task);
-            } else if t.vtable.forks {
+            // Its fork link holds the task made `PREFETCH_AHEAD` places
+            // later (or, in a barrier's list, its next dependent): fetched
+            // now, a wide graph's walk overlaps its misses instead of
+            // taking them one after another.
+            // SAFETY: ours; the link is only read.
+            if let Some(ahead) = unsafe { crate::list::links_next::<ForkLink>(task.as_ptr()) } {
+                Task::prefetch(ahead);
+            }
+            let root = t.unfinished.get() == 0;
+            roots -= u32::from(root);
+            if t.vtable.forks {
+                forks -= 1;
                 barriers.push_back(task);
+            } else if root {
+                // SAFETY: a root of this graph, out of the task list.
+                unsafe { push_ready(&mut first, &mut more, task.into_raw()) };
+                // A wide graph's chunks go out as they fill: the workers
+                // run the first ones while this walk goes on.
+                if let Some(full) = more.take_done() {
+                    self.exec.push_chunks(full);
+                    self.exec.notify();
+                }
             }
         }
         self.tasks = SList::new();
         // The tasks are the executor's now: no later hint may touch them.
         self.recent = [None; PREFETCH_AHEAD];
-        // Every queue link is free now but those of `ready` and `barriers`:
-        // a barrier's dependents that have no other predecessor (and are
-        // not barriers, which `barriers` may link) go into ready chunks.
-        for b in ready.iter() {
+        // Every queue link is free now but those of the ready tasks and
+        // `barriers`: a barrier's dependents that have no other
+        // predecessor (and are not barriers, which `barriers` may link) go
+        // into ready chunks; a barrier that is a root is ready itself.
+        while let Some(b) = barriers.pop_front().map(Handle::into_raw) {
             // SAFETY: a task of this graph, not yet handed over.
-            unsafe { chunk_sole_dependents(b) };
+            unsafe {
+                chunk_sole_dependents(b);
+                if b.as_ref().unfinished.get() == 0 {
+                    push_ready(&mut first, &mut more, b);
+                }
+            }
         }
-        while let Some(b) = barriers.pop_front() {
-            // SAFETY: as above.
-            unsafe { chunk_sole_dependents(b.into_raw()) };
+        let more = more.finish();
+        if !more.is_empty() {
+            self.exec.push_chunks(more);
+            self.exec.notify();
         }
-        if let Err(ready) = self.exec.hop(ready) {
-            self.exec.inject_list(ready);
+        if let Err(first) = self.exec.hop(first) {
+            self.exec.inject_list(first);
         }
+    }
+}
+
+/// Adds a ready root to the first `CHUNK` (`first`), or past them to
+/// `more`.
+///
+/// # Safety
+/// The caller owns `task`, a ready task of a graph being submitted whose
+/// queue link is free and which is in no fork list.
+unsafe fn push_ready(first: &mut SList<QueueLink>, more: &mut ReadyChunks, task: NonNull<Task>) {
+    if first.len() < CHUNK {
+        // SAFETY: per contract.
+        first.push_back(unsafe { Handle::from_raw(task) });
+    } else {
+        // SAFETY: per contract.
+        unsafe { more.push(task) };
     }
 }
 
@@ -209,6 +255,11 @@ impl ReadyChunks {
             self.done
                 .append(&mut ExecutorState::chunk(std::mem::take(&mut self.chunk)));
         }
+    }
+
+    /// The chunks filled so far, if any (the current one stays open).
+    pub(super) fn take_done(&mut self) -> Option<SList<ForkLink>> {
+        (!self.done.is_empty()).then(|| std::mem::take(&mut self.done))
     }
 
     /// Every chunk, the last one closed.

@@ -111,11 +111,12 @@ pub(crate) fn new_task<K: Kind, C: BlockSource + ?Sized>(
         addr_of_mut!((*t).scope).write(scope);
         addr_of_mut!((*t).vtable).write(vtable::<K>());
         addr_of_mut!((*t).block).write(block.index());
-        addr_of_mut!((*t).forked).write(crate::sync::Cell::new(false));
+        addr_of_mut!((*t).build).write(crate::sync::Cell::new(0));
         addr_of_mut!((*t).counted).write(counted);
         addr_of_mut!((*t).runs).write(crate::sync::Cell::new(0));
         addr_of_mut!((*t).priority).write(priority);
-        addr_of_mut!((*t).seq).write(crate::sync::Cell::new(0));
+        addr_of_mut!((*t).successors)
+            .write(crate::sync::Cell::new(super::edges::Successors::default()));
         Task::payload_ptr::<K>(task).write(make());
     }
     Ok(task)

@@ -76,31 +76,36 @@ impl Worker {
     }
 
     /// One task from the injector of `level` (`High` or `Low`), if any:
-    /// the oldest chunk's first task; the chunk's rest goes back as a chunk
-    /// of its own, in front (no walk: its second task heads it).
+    /// the oldest chunk's first task; the chunk's rest stays first in line
+    /// as a chunk of its own (no walk: its second task heads it).
     fn take_level(&mut self, level: Priority) -> Option<NonNull<Task>> {
-        let injector = self.shared.injector_for(level);
-        if injector.is_empty() {
-            return None;
-        }
-        let mut chunks = injector.take_all();
-        let first = chunks.pop_front()?.into_raw();
-        // SAFETY: the chunk's chain (through queue links) was given up to
-        // the injector and is ours now that the take gave us its head; a
-        // chunk's tasks but its head have a free fork link (a hint or
-        // nothing), which the chunk list may take.
-        match unsafe { crate::list::links_next::<QueueLink>(first) } {
-            Some(second) => chunks.push_front(unsafe { Handle::from_raw(second) }),
-            // The chunk is gone: counted out (after the take, so the count
-            // never reads zero while the chunk is out of sight).
-            None if level == Priority::High => {
-                self.shared.high_chunks.fetch_sub(1, Ordering::AcqRel);
+        let taken = self.shared.injector_for(level).take(|chunk, front| {
+            let first = chunk.into_raw();
+            // SAFETY: the chunk's chain (through queue links) was given up
+            // to the injector and is ours now that the take gave us its
+            // head; a chunk's tasks but its head have a free fork link (a
+            // hint or nothing), which the injector's list may take.
+            match unsafe { crate::list::links_next::<QueueLink>(first) } {
+                Some(second) => {
+                    front.push_front(unsafe { Handle::from_raw(second) });
+                    (first, false)
+                }
+                None => (first, true),
             }
-            None => {}
+        });
+        let Take::Taken {
+            value: (first, gone),
+            left,
+        } = taken
+        else {
+            return None;
+        };
+        // The chunk is gone: counted out (after the take, so the count
+        // never reads zero while the chunk is out of sight).
+        if gone && level == Priority::High {
+            self.shared.high_chunks.fetch_sub(1, Ordering::AcqRel);
         }
-        if !chunks.is_empty() {
-            // In order: the oldest stay first.
-            injector.push_list(chunks);
+        if left {
             // Workers that found it empty while we held it may be parking.
             self.shared.notify();
         }
@@ -161,9 +166,11 @@ impl Worker {
                 return Some(t.0);
             }
         }
-        // Oldest chunk first (the reversal walks chunks, not tasks).
-        let mut chunks = self.shared.injector.take_all();
-        if let Some(head) = chunks.pop_front().map(Handle::into_raw) {
+        // The oldest chunk: its first task runs here, the rest goes on our
+        // deque (stealable there); the other chunks stay in the injector.
+        if let Take::Taken { value: head, left } =
+            self.shared.injector.take(|head, _| head.into_raw())
+        {
             // SAFETY: the chunk's chain was given up to the injector by
             // `chunk` and is ours now that the take gave us its head.
             let mut taken = unsafe { walk_chunk(head) };
@@ -171,21 +178,21 @@ impl Worker {
             let Some(first) = first else {
                 unreachable!("a chunk holds a task");
             };
-            // Keep what fits the deque (stealable there) and give the rest
-            // back to the injector for the other workers.
             while self.local().len() < LOCAL_CAP {
                 match taken.pop_front() {
                     Some(t) => self.local().push(TaskPtr(t.into_raw())),
                     None => break,
                 }
             }
-            if !taken.is_empty() {
-                chunks.append(&mut ExecutorState::chunk(taken));
+            // A chunk fits an empty deque and the task run: a rest is only
+            // possible if the deque was not empty, and goes back whole.
+            let rest = !taken.is_empty();
+            if rest {
+                self.shared.push_chunks(ExecutorState::chunk(taken));
             }
-            if !chunks.is_empty() {
-                // In order (a walk over chunks): the oldest stay first.
-                self.shared.injector.push_list(chunks);
-                // Its notify covers the tasks kept as well.
+            if left || rest {
+                // Workers that found the injector empty while we held its
+                // token may be parking; this covers the tasks kept too.
                 self.shared.notify();
             } else {
                 // Workers woken for these may have found the injector

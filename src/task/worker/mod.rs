@@ -3,7 +3,8 @@
 //! Each worker owns a LIFO `crossbeam_deque::Worker` (at most
 //! [`LOCAL_CAP`] tasks, crossbeam's smallest buffer, so it never
 //! reallocates); other workers steal from it. Everything else waits in the
-//! executor's `TransferStack` injector, which every worker takes from:
+//! executor's injector (an [`Injector`] of chunks), which every worker
+//! takes from:
 //! threads that are not workers submit there, and a worker whose deque is
 //! full spills there. No task is ever kept where only one worker can reach
 //! it: a worker that blocks inside a task strands nothing (a worker
@@ -34,7 +35,7 @@ use super::sleep::SleepState;
 use super::task::{ForkLink, Outcome, QueueLink, Task, TaskPtr, FLAG_CANCELLED, FLAG_FAILED};
 use super::Priority;
 use crate::error::{Error, ErrorKind};
-use crate::list::{DList, Handle, SList, TransferStack};
+use crate::list::{DList, Handle, Injector, SList, Take};
 use crate::pool::{BlockCache, BlockPool, BlockSource, RawBlock};
 use crate::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::thread::Thread;

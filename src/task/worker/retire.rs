@@ -2,6 +2,7 @@
 //! payload and block.
 
 use super::*;
+use crate::task::edges::Successors;
 
 impl Worker {
     /// Notifies the task's completion and fork dependents, frees it, and
@@ -45,30 +46,28 @@ impl Worker {
                 }
             }
         }
+        // Successors past the completion task (`Graph::precede`): one
+        // decrement each, no holding (few share a join).
+        let successors = t.successors.get();
+        if successors != Successors::default() {
+            let local = self.local;
+            // SAFETY: the worker's cache (see `cache`), borrowed for the
+            // drain alone: the decrements and pushes below never touch it.
+            let cache = unsafe { &mut *local.as_ref().cache.get() };
+            // SAFETY: we own the finished task; its edge blocks came from
+            // the task pool, which the worker's cache is a cache of.
+            unsafe {
+                // SAFETY (closure): a successor outlives its predecessors.
+                successors.drain(cache, |s| self.finish_predecessor(s, failed, &mut next))
+            };
+        }
         // SAFETY: we own the finished task.
         let mut dependents = unsafe { crate::task::kind::take_dependents(task) };
         // Popping unlinks a dependent before `finish_one` may let it run
         // (and be freed).
         while let Some(d) = dependents.pop_front().map(Handle::into_raw) {
             // SAFETY: dependents outlive the barrier.
-            let d_ref = unsafe { d.as_ref() };
-            if failed {
-                d_ref.mark_failed();
-            }
-            // The barrier is most often a dependent's only predecessor:
-            // then no read-modify-write (see `JoinCount::is_last`).
-            let ready = if d_ref.unfinished.is_last() {
-                d_ref.unfinished.finish_last();
-                true
-            } else {
-                d_ref.finish_one()
-            };
-            if ready {
-                match next {
-                    None => next = Some(d),
-                    Some(_) => self.push(d),
-                }
-            }
+            unsafe { self.finish_predecessor(d, failed, &mut next) };
         }
         // Dependents whose only predecessor this barrier is, in ready
         // chunks since submit: no count to decrement. This worker keeps
@@ -115,6 +114,42 @@ impl Worker {
         unsafe { release_block(self.cache(), task) };
         self.count_retired(scope);
         next
+    }
+}
+
+impl Worker {
+    /// One predecessor of `d` (the task retiring here) finished: `d` is
+    /// marked failed first if it `failed`; if that made `d` ready, it is
+    /// the task to continue with (`next`, if still free) or pushed. Most
+    /// often the last predecessor: no read-modify-write then (see
+    /// `JoinCount::is_last`).
+    ///
+    /// # Safety
+    /// `d` is a successor of the retiring task, alive until this decrement
+    /// (which may make it ready and let another worker run and free it).
+    unsafe fn finish_predecessor(
+        &mut self,
+        d: NonNull<Task>,
+        failed: bool,
+        next: &mut Option<NonNull<Task>>,
+    ) {
+        // SAFETY: per contract.
+        let d_ref = unsafe { d.as_ref() };
+        if failed {
+            d_ref.mark_failed();
+        }
+        let ready = if d_ref.unfinished.is_last() {
+            d_ref.unfinished.finish_last();
+            true
+        } else {
+            d_ref.finish_one()
+        };
+        if ready {
+            match next {
+                None => *next = Some(d),
+                Some(_) => self.push(d),
+            }
+        }
     }
 }
 

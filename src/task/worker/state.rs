@@ -86,14 +86,14 @@ impl Slot {
 /// State shared by the executor handle, its workers and its tasks.
 pub(crate) struct ExecutorState {
     pub(crate) pool: BlockPool,
-    /// Ready tasks in chunks of at most [`CHUNK`]: the stack links the
+    /// Ready tasks in chunks of at most [`CHUNK`]: the injector links the
     /// chunks' first tasks through [`ForkLink`] (free once a task is ready:
     /// a barrier unlinks its dependents before releasing them), and each
-    /// chunk chains its tasks through [`QueueLink`]. A taker gets a whole
-    /// chunk and gives the other chunks back, so a 1024-way fork's spill
-    /// is walked once, by the worker that runs it, not taken and given back
-    /// whole by each taker in turn.
-    pub(crate) injector: TransferStack<ForkLink>,
+    /// chunk chains its tasks through [`QueueLink`]. A taker gets the
+    /// oldest chunk and leaves the others where they are (no walk: see
+    /// [`Injector`]), so a million ready tasks cost a taker what a
+    /// hundred do.
+    pub(crate) injector: Injector<ForkLink>,
     /// Whether the executor has priority levels (a device with queues of
     /// more than one [`Priority`](crate::Priority)): only then are `high`
     /// and `low` used, and `injector` holds only `Normal` tasks.
@@ -101,7 +101,7 @@ pub(crate) struct ExecutorState {
     /// Ready `High` tasks (with levels), in chunks like `injector`'s. Never
     /// on a worker's deque: a worker takes one task at a time from here,
     /// before anything else (see `Worker::find_leveled`).
-    pub(crate) high: TransferStack<ForkLink>,
+    pub(crate) high: Injector<ForkLink>,
     /// Chunks of `high` not yet taken whole: counted before they are
     /// pushed, and after their last task is taken, so it reads above zero
     /// while a taker holds them out of the injector (see
@@ -109,7 +109,7 @@ pub(crate) struct ExecutorState {
     pub(crate) high_chunks: AtomicUsize,
     /// Ready `Low` tasks (with levels), likewise: taken after everything
     /// else, and on fairness turns.
-    pub(crate) low: TransferStack<ForkLink>,
+    pub(crate) low: Injector<ForkLink>,
     pub(crate) stealers: Box<[Stealer<TaskPtr>]>,
     pub(crate) slots: Box<[Slot]>,
     pub(super) sleep: CachePadded<SleepState>,
@@ -161,11 +161,11 @@ impl ExecutorState {
                 first_chunk_blocks: 256,
                 max_blocks: None,
             })?,
-            injector: TransferStack::new(),
+            injector: Injector::new(),
             levels,
-            high: TransferStack::new(),
+            high: Injector::new(),
             high_chunks: AtomicUsize::new(0),
-            low: TransferStack::new(),
+            low: Injector::new(),
             stealers,
             slots: (0..workers).map(|_| Slot::new()).collect(),
             sleep: CachePadded::new(SleepState::new()),
@@ -219,7 +219,7 @@ impl ExecutorState {
     /// The injector where ready tasks of `priority` wait: the one injector
     /// when the executor has no levels.
     #[inline]
-    pub(crate) fn injector_for(&self, priority: Priority) -> &TransferStack<ForkLink> {
+    pub(crate) fn injector_for(&self, priority: Priority) -> &Injector<ForkLink> {
         if !self.levels {
             return &self.injector;
         }
