@@ -191,6 +191,70 @@ fn cpu_and_cuda_work_do_not_mix() {
     assert_eq!(cuda::misuse_count(), 0, "{}", cuda::last_misuse());
 }
 
+/// Two CUDA devices (two contexts, even on one ordinal) keep their work
+/// apart: a command buffer, a buffer or a kernel of one is refused by the
+/// other, at the call; and a dropped device's buffer by every later one.
+/// (Contexts are compared by their shared handle, which a buffer or
+/// recording keeps alive: this held before device identities were
+/// unique numbers, and is pinned here.)
+#[test]
+fn two_cuda_devices_refuse_each_others_work() {
+    let (Some(a), Some(b)) = (cuda::device_with(config(1)), cuda::device_with(config(1))) else {
+        return;
+    };
+    let x = a.buffer(16).unwrap();
+    let mut cb = a.command_buffer().unwrap();
+    cb.fill(&x, 0, 16, &[7]).unwrap();
+    cb.end().unwrap();
+    let s = Semaphore::new(0);
+    let e = b
+        .queue(0)
+        .unwrap()
+        .execute(&[], &[(&s, 1)], &[&cb])
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    assert_eq!(s.query().unwrap(), 0, "nothing submitted");
+    let mut bcb = b.command_buffer().unwrap();
+    assert_eq!(
+        bcb.fill(&x, 0, 16, &[1]).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    let k = a.load_kernel(cuda::COUNT_PTX, "fenceline_count").unwrap();
+    let e = bcb
+        .launch(
+            &k,
+            [1, 1, 1],
+            [1, 1, 1],
+            0,
+            &[KernelArg::Buffer(&b.buffer(16).unwrap(), 0)],
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    // Its own device runs it.
+    a.queue(0)
+        .unwrap()
+        .execute(&[], &[(&s, 1)], &[&cb])
+        .unwrap();
+    s.wait(1, LONG).unwrap();
+    let mut out = [0u8; 16];
+    x.read(0, &mut out).unwrap();
+    assert_eq!(out, [7; 16]);
+    // A dropped device's buffer, against the devices made after it.
+    drop((cb, k));
+    drop(a);
+    for _ in 0..3 {
+        let Some(c) = cuda::device_with(config(1)) else {
+            return;
+        };
+        let mut ccb = c.command_buffer().unwrap();
+        assert_eq!(
+            ccb.fill(&x, 0, 16, &[1]).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+    }
+    assert_eq!(cuda::misuse_count(), 0, "{}", cuda::last_misuse());
+}
+
 #[test]
 fn a_host_call_may_make_cuda_calls() {
     let Some(d) = cuda::device_with(config(1)) else {

@@ -1406,8 +1406,16 @@ fn run_frame(
         .expect("a frame's read");
     q().dealloca(&[(&sem, 3)], &[(&sem, 4)], &tmp)
         .expect("a dealloca");
-    q().execute_with(&[(&sem, 4)], &[(&late, 1)], &[&cbs.write], &[&tmp])
-        .expect("a use after the dealloca is refused when it runs, not when submitted");
+    // A use after the dealloca: refused at the call if the dealloca ran
+    // already, else when it runs; either way `late` carries the refusal.
+    if let Err(e) = q().execute_with(&[(&sem, 4)], &[(&late, 1)], &[&cbs.write], &[&tmp]) {
+        assert_eq!(
+            e.kind(),
+            ErrorKind::FailedPrecondition,
+            "a use after the dealloca: {e}"
+        );
+        late.fail(e);
+    }
     Frame {
         gate,
         sem,

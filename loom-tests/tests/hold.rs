@@ -30,7 +30,7 @@ fn write(b: &Bytes, v: u64) -> bool {
     }
     // SAFETY: held for writing: no other user (what the model checks).
     b.value.with_mut(|p| unsafe { *p = v });
-    b.hold.give_back(Access::Write);
+    b.hold.give_back(Access::Write).unwrap();
     true
 }
 
@@ -41,7 +41,7 @@ fn read(b: &Bytes) -> Option<u64> {
     }
     // SAFETY: held for reading: no writer (what the model checks).
     let v = b.value.with(|p| unsafe { *p });
-    b.hold.give_back(Access::Read);
+    b.hold.give_back(Access::Read).unwrap();
     Some(v)
 }
 
@@ -134,7 +134,7 @@ fn a_give_back_racing_a_take_publishes_the_bytes() {
         };
         // SAFETY: held for writing.
         b.value.with_mut(|p| unsafe { *p = 9 });
-        b.hold.give_back(Access::Write);
+        b.hold.give_back(Access::Write).unwrap();
         assert_eq!(taker.join().unwrap(), 9);
     });
 }

@@ -49,7 +49,7 @@ impl fmt::Debug for Buffer {
 
 impl Buffer {
     /// A zeroed CPU-device buffer of `device` (see `HostMem::device`).
-    pub(crate) fn new(len: usize, device: usize) -> Result<Buffer, Error> {
+    pub(crate) fn new(len: usize, device: u64) -> Result<Buffer, Error> {
         if len == 0 {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -190,7 +190,7 @@ impl Buffer {
     }
 
     /// The CPU device that made the buffer (`None` for device memory).
-    pub(crate) fn host_device(&self) -> Option<usize> {
+    pub(crate) fn host_device(&self) -> Option<u64> {
         self.host().map(|m| m.device())
     }
 

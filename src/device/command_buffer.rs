@@ -81,7 +81,7 @@ impl CommandBuffer {
     /// Checks that `buffer` is memory of this command buffer's device.
     fn check_buffer(&self, buffer: &Buffer) -> Result<(), Error> {
         let pool = self.recording.pool();
-        if pool.target.owns(buffer, pool) {
+        if pool.target.owns(buffer) {
             // A CUDA buffer from `Queue::alloca` has an address only
             // between its alloca and its dealloca.
             if buffer.cuda_transient_queue().is_some() {

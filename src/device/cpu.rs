@@ -209,11 +209,11 @@ impl CpuBackend {
             let slots = Recorded(work.get().payload().slot_views());
             let result = crate::unwind::guarded(|| unsafe { run_alone(command, slots) });
             let mut work = work.into_inner();
-            super::release_recordings(work.payload_mut());
+            let released = super::release_recordings(work.payload_mut());
             // The completion signals, and a queue it readies issues here:
             // that action's first task hops onto this worker.
             let _hop = crate::task::Hop::enter();
-            work.complete(result);
+            work.complete(result.and(released));
         };
         // SAFETY: the cache as `task_cache` says; `lone_scope` lives in the
         // backend, which outlives the queue's submissions (and, uncounted,
@@ -233,7 +233,8 @@ impl CpuBackend {
         // The buffers the action touches, held until just before it
         // signals; a conflict with a running action fails this one.
         if let Err(e) = super::take_holds(work.payload_mut()) {
-            super::release_recordings(work.payload_mut());
+            // No hold is held here: nothing to give back can fail.
+            let _ = super::release_recordings(work.payload_mut());
             return work.complete(Err(e));
         }
         // From here every way out gives the holds back before the signals.
@@ -259,18 +260,23 @@ impl CpuBackend {
             let _ = finish_scope.take_error();
             backend.free_scopes.push(finish_scope.into_handle());
             let mut work = work.into_inner();
-            super::release_recordings(work.payload_mut());
+            let released = super::release_recordings(work.payload_mut());
             // The completion signals, and a queue it readies issues here:
             // that action's first tasks hop onto this worker (no injector,
             // no wake-up). Completing runs no user code and never waits.
             let _hop = crate::task::Hop::enter();
-            work.complete(result);
+            work.complete(result.and(released));
         });
         match (built, finally) {
             (Ok(last), Ok(f)) => {
                 if let Some(first) = last {
-                    if let Err(e) = g.join_from(first, f) {
-                        g.scope().fail(e);
+                    if join_fault() || g.join_from(first, f).is_err() {
+                        // Fail closed: a finish that does not wait for
+                        // every task would give the holds and recordings
+                        // back while tiles still run. The graph's drop
+                        // drops the finish unrun: the holds go back and
+                        // the signals fail (`Internal`).
+                        return drop(g);
                     }
                 }
                 g.submit_in_place();
@@ -280,6 +286,31 @@ impl CpuBackend {
             // the signals.
             _ => drop(g),
         }
+    }
+}
+
+/// A fault the crate's tests inject: the next execute of several stages
+/// finds its finish impossible to join (no input reaches that path).
+#[cfg(feature = "testing")]
+static JOIN_FAULT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes the next CPU execute of more than one stage fail to join its
+/// finish, as if `join_from` had failed (tests of the fail-closed path).
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub fn fail_next_execute_join() {
+    JOIN_FAULT.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a test injected a join failure (taken once).
+fn join_fault() -> bool {
+    #[cfg(feature = "testing")]
+    {
+        JOIN_FAULT.swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
+    #[cfg(not(feature = "testing"))]
+    {
+        false
     }
 }
 
@@ -309,7 +340,8 @@ impl Finishing {
 impl Drop for Finishing {
     fn drop(&mut self) {
         if let Some(mut work) = self.0.take() {
-            super::release_recordings(work.payload_mut());
+            // The completion's drop fails the signals (`Internal`) anyway.
+            let _ = super::release_recordings(work.payload_mut());
         }
     }
 }

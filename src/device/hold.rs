@@ -155,18 +155,38 @@ impl Hold {
     /// Called once per successful [`try_take`](Self::try_take), by its
     /// taker, after its last access to the bytes (Release: the next taker
     /// sees them).
-    pub fn give_back(&self, access: Access) {
-        let before = match access {
-            Access::Write => self.0.fetch_sub(WRITER, Ordering::Release),
-            Access::Read => self.0.fetch_sub(1, Ordering::Release),
+    ///
+    /// Errors (`Internal`, and the word is left as it was): the word holds
+    /// no such hold (a give-back without its take, or a second one). In
+    /// every build: a read hold given back twice would otherwise let a
+    /// writer in beside a live reader.
+    pub fn give_back(&self, access: Access) -> Result<(), crate::Error> {
+        let taken = match access {
+            // Only its writer touches a written word.
+            Access::Write => self
+                .0
+                .compare_exchange(WRITER, 0, Ordering::Release, Ordering::Relaxed)
+                .map(|_| ()),
+            Access::Read => {
+                let mut now = self.0.load(Ordering::Relaxed);
+                loop {
+                    if now & CLOSED != 0 || now == 0 {
+                        break Err(now);
+                    }
+                    // A CAS that lost to another reader retries.
+                    match self.0.compare_exchange_weak(
+                        now,
+                        now - 1,
+                        Ordering::Release,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => break Ok(()),
+                        Err(seen) => now = seen,
+                    }
+                }
+            }
         };
-        debug_assert!(
-            match access {
-                Access::Write => before == WRITER,
-                Access::Read => before & CLOSED == 0 && before > 0,
-            },
-            "a hold given back that was not taken ({access:?}, word {before:#x})"
-        );
+        taken.map_err(|word| not_taken(access, word))
     }
 
     #[cfg(any(test, feature = "testing"))]
@@ -174,6 +194,15 @@ impl Hold {
     pub fn is_held(&self) -> bool {
         self.0.load(Ordering::Acquire) & !(PENDING | GONE) != 0
     }
+}
+
+/// The error of a give-back with no hold to give back.
+#[cold]
+fn not_taken(access: Access, word: u64) -> crate::Error {
+    crate::Error::new(
+        crate::ErrorKind::Internal,
+        format!("a {access:?} hold given back that was not taken (word {word:#x})"),
+    )
 }
 
 #[cfg(all(test, not(fenceline_loom)))]
@@ -186,16 +215,45 @@ mod tests {
         assert!(h.try_take(Access::Read));
         assert!(h.try_take(Access::Read));
         assert!(!h.try_take(Access::Write), "readers hold it");
-        h.give_back(Access::Read);
+        h.give_back(Access::Read).unwrap();
         assert!(!h.try_take(Access::Write), "one reader still holds it");
-        h.give_back(Access::Read);
+        h.give_back(Access::Read).unwrap();
         assert!(!h.is_held());
         assert!(h.try_take(Access::Write));
         assert!(!h.try_take(Access::Read), "a writer holds it");
         assert!(!h.try_take(Access::Write), "a writer holds it");
-        h.give_back(Access::Write);
+        h.give_back(Access::Write).unwrap();
         assert!(!h.is_held());
         assert!(h.try_take(Access::Read));
-        h.give_back(Access::Read);
+        h.give_back(Access::Read).unwrap();
+    }
+
+    /// A give-back without its take fails and changes nothing, in every
+    /// build. Mutation checked: the `debug_assert` of before (a release
+    /// build wrapped the count, and a writer then got in beside the
+    /// remaining reader).
+    #[test]
+    fn a_second_give_back_fails_and_changes_nothing() {
+        let h = Hold::new();
+        assert!(h.try_take(Access::Read));
+        assert!(h.try_take(Access::Read));
+        h.give_back(Access::Read).unwrap();
+        h.give_back(Access::Read).unwrap();
+        assert!(h.give_back(Access::Read).is_err(), "a third give-back");
+        assert!(h.give_back(Access::Write).is_err(), "never written");
+        assert!(!h.is_held());
+        assert!(h.try_take(Access::Read));
+        assert!(!h.try_take(Access::Write), "the reader still holds it");
+        h.give_back(Access::Read).unwrap();
+        assert!(h.try_take(Access::Write));
+        assert!(h.give_back(Access::Read).is_err(), "a writer holds it");
+        assert!(!h.try_take(Access::Read), "still the writer's");
+        h.give_back(Access::Write).unwrap();
+        // Closed words: nothing to give back.
+        h.set_pending();
+        assert!(h.give_back(Access::Read).is_err());
+        assert!(h.make_live());
+        assert!(h.close().is_ok());
+        assert!(h.give_back(Access::Read).is_err());
     }
 }

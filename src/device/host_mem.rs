@@ -20,16 +20,17 @@ pub(crate) struct HostMem {
     ptr: NonNull<u8>,
     len: usize,
     hold: Hold,
-    /// The device that made it (its recording pool's address): command
-    /// buffers of other devices refuse it.
-    device: usize,
+    /// The identity of the device that made it: command buffers and
+    /// queues of other devices refuse it.
+    device: u64,
     home: Home,
 }
 
 /// Where a buffer's memory goes when its last handle drops.
 enum Home {
-    /// Its own allocations (`Device::buffer`): freed.
-    Heap,
+    /// Its own allocations (`Device::buffer`, or an `alloca` past the
+    /// largest size class, `transient`): freed.
+    Heap { transient: bool },
     /// A block of a transient pool (`Queue::alloca`), header and bytes:
     /// handed back.
     Pool {
@@ -54,7 +55,7 @@ impl HostMem {
     }
 
     /// The device that made it.
-    pub(crate) fn device(&self) -> usize {
+    pub(crate) fn device(&self) -> u64 {
         self.device
     }
 
@@ -65,7 +66,10 @@ impl HostMem {
 
     /// Whether it came from `Queue::alloca`.
     pub(crate) fn is_transient(&self) -> bool {
-        matches!(self.home, Home::Pool { .. })
+        matches!(
+            self.home,
+            Home::Pool { .. } | Home::Heap { transient: true }
+        )
     }
 
     /// The bytes `range`, for a reader.
@@ -106,7 +110,7 @@ impl HostMem {
             return Err(conflict(self, access, "the host"));
         }
         let r = f();
-        self.hold.give_back(access);
+        self.hold.give_back(access)?;
         Ok(r)
     }
 }
@@ -155,7 +159,12 @@ unsafe impl Sync for HostRef {}
 
 impl HostRef {
     /// `len > 0` zeroed bytes of their own (`Device::buffer`).
-    pub(crate) fn zeroed(len: usize, device: usize) -> Result<HostRef, Error> {
+    pub(crate) fn zeroed(len: usize, device: u64) -> Result<HostRef, Error> {
+        Self::zeroed_in(len, device, false)
+    }
+
+    /// `zeroed`, as `Home::Heap { transient }`.
+    fn zeroed_in(len: usize, device: u64, transient: bool) -> Result<HostRef, Error> {
         let layout = Layout::from_size_align(len, BUFFER_ALIGN).map_err(|_| too_large(len))?;
         // SAFETY: `len > 0` (the caller's check).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -166,7 +175,7 @@ impl HostRef {
             len,
             hold: Hold::new(),
             device,
-            home: Home::Heap,
+            home: Home::Heap { transient },
         });
         Ok(HostRef(NonNull::from(Box::leak(mem))))
     }
@@ -210,7 +219,7 @@ impl Drop for HostRef {
         // SAFETY: the last handle: nothing else reaches the memory.
         unsafe {
             match &(*mem).home {
-                Home::Heap => {
+                Home::Heap { .. } => {
                     let len = (*mem).len;
                     std::alloc::dealloc(
                         (*mem).ptr.as_ptr(),
@@ -275,12 +284,14 @@ impl TransientPool {
     pub(crate) fn alloca(
         this: &std::sync::Arc<TransientPool>,
         len: usize,
-        device: usize,
+        device: u64,
     ) -> Result<HostRef, Error> {
         let class = (0..CLASSES).find(|&c| SMALLEST << c >= len);
         let Some(class) = class else {
-            // Past the largest class: memory of its own, pending as well.
-            let r = HostRef::zeroed(len, device)?;
+            // Past the largest class: memory of its own, pending as well,
+            // given back by `dealloca` like a pooled one (freed, not
+            // pooled, when its last handle drops).
+            let r = HostRef::zeroed_in(len, device, true)?;
             r.hold.set_pending();
             return Ok(r);
         };

@@ -35,6 +35,9 @@ use std::sync::Arc;
 
 pub use binding::{Binding, TileIo, MAX_BINDINGS, MAX_SLOTS};
 pub use buffer::{Buffer, BUFFER_ALIGN};
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use cpu::fail_next_execute_join;
 pub use cpu::EXECUTE_INLINE_COMMAND_BUFFERS;
 #[cfg(feature = "cuda")]
 pub use cuda::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel, KernelArg};
@@ -100,8 +103,9 @@ enum DeviceInner {
         teardown: crate::sync::Arc<Teardown>,
         /// Memory for `Queue::alloca`.
         transient: Arc<host_mem::TransientPool>,
-        /// The device's identity for its buffers (`Device::cpu_id`).
-        id: usize,
+        /// The device's identity for its buffers and recordings (never
+        /// another device's, also after this one is dropped).
+        id: u64,
     },
     Cuda(cuda_seam::CudaDevice),
 }
@@ -235,15 +239,17 @@ impl Device {
                 ))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let recordings = crate::sync::Arc::new(RecordingPool::new(Target::Cpu));
-        let pool: *const RecordingPool = &*recordings;
+        // An identity no other device of the process ever has (an address
+        // could be a dropped device's again).
+        let id = crate::sync::unique_number();
+        let recordings = crate::sync::Arc::new(RecordingPool::new(Target::Cpu(id)));
         Ok(Device {
             inner: Arc::new(DeviceInner::Cpu {
                 queues,
                 executor: Some(executor),
                 teardown,
                 transient: Arc::new(host_mem::TransientPool::new()),
-                id: pool as usize,
+                id,
             }),
             recordings,
         })
@@ -308,11 +314,13 @@ impl Device {
         })
     }
 
-    /// This device's identity for its CPU buffers: its recording pool's
-    /// address, which its command buffers' recordings share.
-    fn cpu_id(&self) -> usize {
-        let pool: *const RecordingPool = &*self.recordings;
-        pool as usize
+    /// This CPU device's identity (0 on CUDA, which names its buffers
+    /// otherwise).
+    fn cpu_id(&self) -> u64 {
+        match &*self.inner {
+            DeviceInner::Cpu { id, .. } => *id,
+            DeviceInner::Cuda(_) => 0,
+        }
     }
 
     /// A zeroed buffer of `len` bytes (device memory on a CUDA device).

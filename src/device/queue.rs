@@ -29,7 +29,7 @@ impl fmt::Debug for Queue {
 /// Checks that every recording was made for the device it is submitted to.
 fn check_recordings(device: &DeviceInner, recordings: &[&RecordingRef]) -> Result<(), Error> {
     let ok = recordings.iter().all(|r| match (device, &r.pool().target) {
-        (DeviceInner::Cpu { .. }, Target::Cpu) => true,
+        (DeviceInner::Cpu { id, .. }, Target::Cpu(rid)) => id == rid,
         (DeviceInner::Cuda(d), Target::Cuda(shared)) => d.is(shared),
         _ => false,
     });
@@ -263,6 +263,9 @@ impl Queue {
                 table,
             }
         };
+        if let DeviceInner::Cpu { .. } = &*self.device {
+            super::work::check_not_gone(&payload)?;
+        }
         self.submit(waits, signals, payload)
     }
 
@@ -274,8 +277,10 @@ impl Queue {
     /// Give it back with [`dealloca`](Self::dealloca).
     ///
     /// The memory comes from the device's pool of power-of-two size
-    /// classes (up to 1 GiB; larger ones are allocated on their own): a
-    /// frame loop of alloca, work and dealloca allocates nothing once warm.
+    /// classes (up to 1 GiB; a larger one is allocated on its own, freed
+    /// rather than pooled when its last handle drops, and given back with
+    /// `dealloca` all the same): a frame loop of alloca, work and dealloca
+    /// allocates nothing once warm.
     /// The bytes are zeroed at this call (so any `Pod` view of them is
     /// defined), which costs a `memset` of `len` bytes.
     ///

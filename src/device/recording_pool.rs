@@ -111,16 +111,17 @@ impl fmt::Debug for RecordingRef {
 /// What a device's recordings are for.
 #[derive(Clone)]
 pub(crate) enum Target {
-    Cpu,
+    /// A CPU device, by its identity (`DeviceInner::Cpu::id`).
+    Cpu(u64),
     Cuda(std::sync::Arc<super::cuda_seam::CudaShared>),
 }
 
 impl Target {
-    /// Whether `buffer` is memory of the device whose recording pool is
-    /// `pool` (a CPU buffer names its device by its recording pool).
-    pub(crate) fn owns(&self, buffer: &super::Buffer, pool: &RecordingPool) -> bool {
+    /// Whether `buffer` is memory of this device (a CPU buffer names its
+    /// device by the device's identity, never reused).
+    pub(crate) fn owns(&self, buffer: &super::Buffer) -> bool {
         match self {
-            Target::Cpu => buffer.host_device() == Some(pool as *const RecordingPool as usize),
+            Target::Cpu(id) => buffer.host_device() == Some(*id),
             Target::Cuda(shared) => shared.owns(buffer),
         }
     }

@@ -64,7 +64,7 @@ fn pool() -> &'static BlockPool {
 /// Whether `buffer` is memory of the device `recording` was made for.
 fn same_device(buffer: &Buffer, recording: &Recording) -> bool {
     let pool = recording.pool();
-    pool.target.owns(buffer, pool)
+    pool.target.owns(buffer)
 }
 
 fn invalid(message: String) -> Error {

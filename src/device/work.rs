@@ -82,6 +82,44 @@ fn each_hold(work: &Work, mut f: impl FnMut(&buffer::HostMem, hold::Access) -> b
     }
 }
 
+/// The execute's check at the call (CPU device): no buffer it names (in
+/// its recordings or its table) has had its dealloca run, or
+/// `FailedPrecondition` naming the buffer. (A dealloca that runs between
+/// the call and the issue is met at the issue: the hold cannot be taken,
+/// and the action fails instead of running.)
+pub(crate) fn check_not_gone(work: &Work) -> Result<(), Error> {
+    let gone = |mem: &buffer::HostMem| mem.hold().life() == hold::Life::Gone;
+    let mut bad = work
+        .recordings()
+        .flat_map(|r| r.holds())
+        .filter_map(|e| e.buffer.host().map(|m| &**m))
+        .find(|m| gone(m))
+        .map(gone_error);
+    if bad.is_none() {
+        if let Work::Execute { table: Some(t), .. } = work {
+            t.each_hold(|mem, _| {
+                if gone(mem) {
+                    bad = Some(gone_error(mem));
+                }
+                bad.is_none()
+            });
+        }
+    }
+    bad.map_or(Ok(()), Err)
+}
+
+#[cold]
+fn gone_error(mem: &buffer::HostMem) -> Error {
+    Error::new(
+        ErrorKind::FailedPrecondition,
+        format!(
+            "buffer {:p} ({} bytes): its dealloca ran, it cannot be used again",
+            mem.base(),
+            mem.len()
+        ),
+    )
+}
+
 /// Takes the holds of an issued execute (CPU device): every buffer its
 /// command buffers touch, shared where they only read it. On a conflict
 /// with a running action (or a host copy) nothing stays held and the error
@@ -101,15 +139,21 @@ pub(crate) fn take_holds(work: &mut Work) -> Result<(), Error> {
     if !all {
         // Give back what was taken before the conflict (same order).
         let mut left = taken;
+        let mut broken = None;
         each_hold(work, |mem, access| {
             if left == 0 {
                 return false;
             }
-            mem.hold().give_back(access);
+            if let Err(e) = mem.hold().give_back(access) {
+                broken.get_or_insert(e);
+            }
             left -= 1;
             true
         });
-        return Err(failed.unwrap_or_else(|| Error::new(ErrorKind::Internal, "hold conflict")));
+        // A broken hold word (an internal error) outranks the conflict.
+        return Err(broken
+            .or(failed)
+            .unwrap_or_else(|| Error::new(ErrorKind::Internal, "hold conflict")));
     }
     if let Work::Execute { held, .. } = work {
         *held = true;
@@ -167,11 +211,20 @@ pub(crate) fn dealloca_ran(buffer: &Buffer) -> Result<(), Error> {
 /// dropped here; a capture whose `Drop` panics is caught and the panic
 /// dropped: the submission's outcome was decided by its work, and no
 /// other submission may be failed for it.
-pub(crate) fn release_recordings(work: &mut Work) {
+///
+/// Errors: `Internal` if a hold word had no such hold to give back (the
+/// caller fails the action with it: never a silent wrap of the word).
+#[must_use = "a broken hold word fails the action"]
+pub(crate) fn release_recordings(work: &mut Work) -> Result<(), Error> {
+    let mut broken = Ok(());
     if let Work::Execute { held: true, .. } = work {
         // The holds first: whoever sees the signal finds the buffers free.
         each_hold(work, |mem, access| {
-            mem.hold().give_back(access);
+            if let Err(e) = mem.hold().give_back(access) {
+                if broken.is_ok() {
+                    broken = Err(e);
+                }
+            }
             true
         });
     }
@@ -179,4 +232,5 @@ pub(crate) fn release_recordings(work: &mut Work) {
         let recordings = std::mem::replace(work, Work::Barrier);
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(recordings)));
     }
+    broken
 }

@@ -643,7 +643,7 @@ impl DeviceMem {
             });
         }
         let r = f(self.ptr.load(Ordering::Acquire));
-        t.life.give_back(Access::Read);
+        t.life.give_back(Access::Read)?;
         r
     }
 

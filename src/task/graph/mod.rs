@@ -184,7 +184,7 @@ impl<'e> Graph<'e> {
     /// or dropped on this thread (it is `Send` only for users' graphs).
     /// Some handle to `scope`'s state (the caller's, or one it moves into
     /// a task of the graph) keeps it alive whenever the graph reads it:
-    /// while it makes tasks, through `scope()`, and in `submit`. (Dropping
+    /// while it makes tasks and in `submit`. (Dropping
     /// the graph does not read it.)
     pub(crate) unsafe fn with_cache(
         exec: &'e ExecutorState,
@@ -196,11 +196,6 @@ impl<'e> Graph<'e> {
         // alive while the graph may use it.
         let borrowed = ManuallyDrop::new(unsafe { std::ptr::read(scope) });
         Graph::with_blocks(exec, borrowed, false, GraphBlocks::Lent(LentCache(cache)))
-    }
-
-    /// The scope the graph's tasks count in.
-    pub(crate) fn scope(&self) -> &Scope {
-        &self.scope
     }
 
     fn adopt(&mut self, task: Result<NonNull<Task>, Error>) -> Result<TaskId, Error> {
