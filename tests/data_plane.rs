@@ -655,7 +655,9 @@ fn holds_are_given_back_before_the_signal() {
         ));
     }
     let seen = probe.seen.lock().unwrap();
-    assert_eq!(seen.len(), 200);
+    // Every signal woke the future (a waker may be called more than once:
+    // under Miri's scheduling one round's was called twice).
+    assert!(seen.len() >= 200, "{} wakes", seen.len());
     assert!(
         seen.iter().all(|&(held, wrote)| !held && wrote == Ok(())),
         "a signal's waker met the action's hold: {:?}",

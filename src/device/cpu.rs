@@ -7,6 +7,7 @@ use crate::device::command::{Command, RunTiles};
 use crate::error::Error;
 use crate::list::{SList, TransferStack};
 use crate::pool::BlockCache;
+use crate::queue::issuer::Issuer;
 use crate::queue::{Backend, Completion, IssueTurn};
 use crate::sync::{Arc, UnsafeCell};
 use crate::task::{
@@ -61,8 +62,14 @@ pub(crate) struct CpuBackend {
     /// The uncounted scope of one-task executes (`issue_alone`), which
     /// need none of their own.
     lone_scope: Scope,
-    /// This queue's slot among the executor's issuer-turn slots.
+    /// This queue's slot among the executor's issuer-turn slots (and the
+    /// issuer thread's).
     turn_slot: usize,
+    /// The device's issuer thread, which takes the turn when every worker
+    /// is busy (`None` under the model checker: its device models would
+    /// grow by a thread none of them is about; `loom-tests/tests/issuer.rs`
+    /// models the thread).
+    issuer: Option<Issuer>,
     /// The queue's priority, given to every task its actions make.
     priority: Priority,
     /// Tells the device's drop when this queue's state is freed.
@@ -95,6 +102,7 @@ impl CpuBackend {
         exec: Arc<ExecutorState>,
         turn_slot: usize,
         priority: Priority,
+        issuer: Option<Issuer>,
         token: QueueToken,
     ) -> CpuBackend {
         CpuBackend {
@@ -106,6 +114,7 @@ impl CpuBackend {
             lone_scope: Scope::uncounted(),
             turn_slot,
             priority,
+            issuer,
             _token: token,
         }
     }
@@ -533,28 +542,35 @@ impl Backend for CpuBackend {
         }
     }
 
-    /// Off the workers: a submitting or signalling user thread that has
-    /// served its own action and a pass of others' requests gives the turn
-    /// to a worker. A worker keeps it (issuing is its job). Only while
-    /// some worker is idle: the offer ([`hand_off_turn`](Self::hand_off_turn))
-    /// checks again, exactly.
+    /// Off the device's threads: a submitting or signalling user thread
+    /// that has served its own action and a pass of others' requests gives
+    /// the turn to the device, so its call returns after a bounded number
+    /// of passes. A worker or the issuer thread keeps it (issuing is its
+    /// job).
     fn wants_turn(&self) -> bool {
-        self.exec.worker_index().is_none() && self.exec.has_idle_worker()
+        self.exec.worker_index().is_none() && !self.issuer.as_ref().is_some_and(Issuer::is_current)
     }
 
-    /// The turn goes to the workers through this queue's slot: an idle
-    /// worker runs it before any task, and the caller returns. If every
-    /// worker is busy by then, the turn comes back and the caller drains
-    /// on, as before turns were handed off: with every worker in a task,
-    /// the turn would wait for one of them to finish, and if they all
-    /// block in user code until an action in the turn signals (a barrier
-    /// another thread submitted meanwhile), for good.
-    /// [`ExecutorState::offer_turn`] has the protocol.
+    /// The turn goes through this queue's slot to an idle worker, which
+    /// runs it before any task ([`ExecutorState::offer_turn`] has the
+    /// protocol), or, every worker busy, to the device's issuer thread
+    /// (not to a busy worker: every worker may be blocked in user code
+    /// until an action of this very turn signals, a barrier another thread
+    /// submitted meanwhile). The caller returns.
     fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
-        self.exec
-            .offer_turn(self.turn_slot, turn.into_raw().cast())
-            // SAFETY: the pointer `into_raw` made just above, given back.
-            .map_err(|back| unsafe { IssueTurn::from_raw(back.cast()) })
+        match self.exec.offer_turn(self.turn_slot, turn.into_raw().cast()) {
+            Ok(()) => Ok(()),
+            Err(back) => match &self.issuer {
+                Some(issuer) => {
+                    // SAFETY: a turn of this queue, given up; the thread's
+                    // runner (`run_turn`) takes it back once.
+                    unsafe { issuer.offer(self.turn_slot, back) };
+                    Ok(())
+                }
+                // SAFETY: the pointer `into_raw` made just above, given back.
+                None => Err(unsafe { IssueTurn::from_raw(back.cast()) }),
+            },
+        }
     }
 
     /// One per worker of the device's executor, where completions run.

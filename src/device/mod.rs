@@ -47,6 +47,7 @@ pub use recording::RECORDING_INITIAL_BYTES;
 pub use stats::DeviceStats;
 
 use crate::error::{Error, ErrorKind};
+use crate::queue::issuer::IssuerThread;
 use crate::queue::PendingQueue;
 use crate::task::priority as priorities;
 use crate::task::{Executor, ExecutorConfig, Priority};
@@ -100,6 +101,9 @@ enum DeviceInner {
         queues: Vec<PendingQueue<CpuBackend>>,
         /// Shut down once every queue state is freed (see `Drop`).
         executor: Option<Executor>,
+        /// Runs the issuer turns handed off while every worker is busy
+        /// (joined, or left to exit on its own, in `Drop`).
+        issuer: Option<IssuerThread>,
         teardown: crate::sync::Arc<Teardown>,
         /// Memory for `Queue::alloca`.
         transient: Arc<host_mem::TransientPool>,
@@ -229,16 +233,28 @@ impl Device {
             priorities::several(priorities, config.queues),
         )?;
         let teardown = Teardown::new(config.queues);
+        // The thread that takes a queue's issuer turn when every worker is
+        // busy (not under the model checker: see `CpuBackend::issuer`).
+        let (issuer_thread, issuer) = if cfg!(fenceline_loom) {
+            (None, None)
+        } else {
+            let (t, i) = IssuerThread::start("fenceline-cpu-issuer", config.queues, cpu::run_turn)?;
+            (Some(t), Some(i))
+        };
         let queues = (0..config.queues)
             .map(|index| {
                 PendingQueue::new(CpuBackend::new(
                     executor.state(),
                     index,
                     priorities::of_queue(priorities, index),
+                    issuer.clone(),
                     Teardown::token(&teardown),
                 ))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // The queues hold the only handles now: the thread exits once they
+        // are all freed.
+        drop(issuer);
         // An identity no other device of the process ever has (an address
         // could be a dropped device's again).
         let id = crate::sync::unique_number();
@@ -247,6 +263,7 @@ impl Device {
             inner: Arc::new(DeviceInner::Cpu {
                 queues,
                 executor: Some(executor),
+                issuer: issuer_thread,
                 teardown,
                 transient: Arc::new(host_mem::TransientPool::new()),
                 id,
@@ -434,22 +451,31 @@ impl Drop for DeviceInner {
             DeviceInner::Cpu {
                 queues,
                 executor,
+                issuer,
                 teardown,
                 ..
             } => {
                 // Inside its own work: on one of its workers, or inside an
                 // issue pass (the drop of a cancelled or finished action's
-                // captures, on whatever thread ran the pass).
+                // captures, on whatever thread ran the pass, the issuer
+                // thread included).
                 let inside = crate::queue::in_issue_pass()
                     || executor.as_ref().is_some_and(|e| e.on_worker_thread());
                 queues.clear();
+                let issuer = issuer.take();
                 let Some(executor) = executor.take() else {
                     return;
                 };
                 if inside {
+                    // The issuer thread exits once the last queue state
+                    // is freed.
+                    if let Some(t) = issuer {
+                        t.detach();
+                    }
                     teardown.defer(executor);
                 } else {
                     teardown.wait_drained();
+                    drop(issuer); // every queue freed: it exits; joined
                     drop(executor); // joins the workers
                 }
             }

@@ -51,10 +51,11 @@ pub trait Backend: Send + Sync + Sized + 'static {
     ///
     /// Every request in a handed-off turn waits until its
     /// [`IssueTurn::run`]: answer `true` only when that runs soon, not
-    /// behind work that may itself wait for one of those actions (the CPU
-    /// device answers `true` only while one of its workers is idle, and
-    /// its [`hand_off_turn`](Backend::hand_off_turn) gives the turn back
-    /// if by then none is).
+    /// behind work that may itself wait for one of those actions (the
+    /// built-in devices hand it to an idle worker or to a thread of their
+    /// own that runs no user code). A backend with no such thread keeps
+    /// the default: a thread that took the turn then serves every request
+    /// that comes while it drains, and its `submit` is not bounded.
     fn wants_turn(&self) -> bool {
         false
     }

@@ -45,6 +45,11 @@
 
 mod action;
 mod backend;
+/// The issuer thread (public for the crate's loom models).
+#[cfg(feature = "testing")]
+pub mod issuer;
+#[cfg(not(feature = "testing"))]
+pub(crate) mod issuer;
 mod pending;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -52,4 +57,7 @@ pub mod testing;
 pub(crate) use backend::Internal;
 pub use backend::{Backend, Completion, CompletionStack, Completions, IssueTurn};
 pub(crate) use pending::in_issue_pass;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use pending::issue_passes_on_this_thread;
 pub use pending::{PendingQueue, QueueStats, ISSUE_PASSES_BEFORE_HAND_OFF};

@@ -15,7 +15,8 @@ use super::CudaShared;
 use crate::device::teardown::QueueToken;
 use crate::device::Work;
 use crate::error::{Error, ErrorKind};
-use crate::queue::{Backend, Completion};
+use crate::queue::issuer::Issuer;
+use crate::queue::{Backend, Completion, IssueTurn};
 use crate::semaphore::{AnyEvent, EventHandle, Semaphore};
 use crate::task::Priority;
 
@@ -47,30 +48,40 @@ pub(crate) struct CudaBackend {
     /// As configured; its stream was created with the matching CUDA
     /// stream priority.
     priority: Priority,
+    /// The device's issuer thread, which takes this queue's turn when a
+    /// submitting or signalling thread hands it off (bounded submits).
+    issuer: Issuer,
+    /// This queue's slot there.
+    index: usize,
     /// Tells the device's drop when this queue's state is freed.
     _token: QueueToken,
 }
 
 impl CudaBackend {
     /// Queue `index`'s backend: its stream, created with the CUDA stream
-    /// priority `range` maps `priority` to, and its completion thread.
+    /// priority `range` maps `priority` to, and its completion thread (as
+    /// `config` says: completion mode, device waits).
     pub(crate) fn new(
         shared: &Arc<CudaShared>,
-        mode: CompletionMode,
-        device_waits: bool,
+        config: &super::CudaConfig,
         index: usize,
         priority: Priority,
         range: StreamPriorities,
+        issuer: Issuer,
         token: QueueToken,
     ) -> Result<CudaBackend, Error> {
         let stream = Arc::new(Stream::new(&shared.ctx, range.stream_priority(priority))?);
-        let completer = Completer::start(mode, shared.ctx.clone(), stream.clone(), index)?;
+        let completer =
+            Completer::start(config.completion, shared.ctx.clone(), stream.clone(), index)?;
+        let device_waits = config.device_waits;
         Ok(CudaBackend {
             shared: shared.clone(),
             completer,
             stream,
             device_waits,
             priority,
+            issuer,
+            index,
             _token: token,
         })
     }
@@ -213,6 +224,22 @@ impl Backend for CudaBackend {
         drop(entered);
     }
 
+    /// Any thread but the device's issuer thread hands the turn off after
+    /// its own action and a pass: its `submit` or `signal` returns in
+    /// bounded time however long others keep submitting.
+    fn wants_turn(&self) -> bool {
+        !self.issuer.is_current()
+    }
+
+    /// The device's issuer thread runs the turn (it runs no user code:
+    /// host calls run on the completion threads).
+    fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
+        // SAFETY: a turn of this queue, given up; the thread's runner
+        // (`run_turn`) takes it back once.
+        unsafe { self.issuer.offer(self.index, turn.into_raw().cast()) };
+        Ok(())
+    }
+
     fn device_wait(&self, semaphore: &Semaphore, value: u64) -> Option<AnyEvent> {
         if !self.device_waits {
             return None;
@@ -221,6 +248,16 @@ impl Backend for CudaBackend {
         self.shared.events.event_of(&event)?;
         Some(event)
     }
+}
+
+/// Runs a CUDA queue's turn taken from the issuer thread's slot.
+///
+/// # Safety
+/// `turn` is an [`IssueTurn<CudaBackend>`] made a pointer by
+/// `hand_off_turn`, offered and taken from its slot once.
+pub(crate) unsafe fn run_turn(turn: std::ptr::NonNull<()>) {
+    // SAFETY: the caller's contract: the pointer `into_raw` made, once.
+    unsafe { IssueTurn::<CudaBackend>::from_raw(turn.cast()) }.run();
 }
 
 impl Drop for CudaBackend {

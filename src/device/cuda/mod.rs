@@ -37,6 +37,7 @@ pub(crate) use kernel::Launch;
 
 use super::teardown::Teardown;
 use crate::error::{Error, ErrorKind};
+use crate::queue::issuer::IssuerThread;
 use crate::queue::PendingQueue;
 use crate::semaphore::EventPool;
 use crate::task::priority as priorities;
@@ -87,6 +88,9 @@ pub(crate) struct CudaDevice {
     pub(crate) queues: Vec<PendingQueue<CudaBackend>>,
     pub(crate) shared: Arc<CudaShared>,
     pub(crate) teardown: crate::sync::Arc<Teardown>,
+    /// Runs the turns the queues hand off (`tear_down` joins it, or
+    /// leaves it to exit on its own).
+    pub(crate) issuer: Option<IssuerThread>,
 }
 
 impl CudaDevice {
@@ -138,25 +142,31 @@ impl CudaDevice {
             handles: Arc::new(mem_ref::HandlePool::new()?),
         });
         let range = StreamPriorities::of(&shared.ctx)?;
+        let (thread, issuer) =
+            IssuerThread::start("fenceline-cuda-issuer", config.queues, backend::run_turn)?;
         let teardown = Teardown::new(config.queues);
         let queues = (0..config.queues)
             .map(|i| {
                 let backend = CudaBackend::new(
                     &shared,
-                    config.completion,
-                    config.device_waits,
+                    &config,
                     i,
                     priorities::of_queue(priorities, i),
                     range,
+                    issuer.clone(),
                     Teardown::token(&teardown),
                 )?;
                 PendingQueue::new(backend)
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // The queues hold the only handles now: the thread exits once
+        // they are all freed.
+        drop(issuer);
         Ok(CudaDevice {
             queues,
             shared,
             teardown,
+            issuer: Some(thread),
         })
     }
 

@@ -152,8 +152,16 @@ impl CudaDevice {
     pub(crate) fn tear_down(&mut self) {
         let inside = crate::queue::in_issue_pass() || self.on_completion_thread();
         self.queues.clear();
-        if !inside {
+        let issuer = self.issuer.take();
+        if inside {
+            // The queues may outlive this drop (the work running it): the
+            // issuer thread exits once the last of them is freed.
+            if let Some(t) = issuer {
+                t.detach();
+            }
+        } else {
             self.teardown.wait_drained();
+            drop(issuer); // every queue freed: the thread exits; joined
         }
     }
 }

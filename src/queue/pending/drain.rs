@@ -3,6 +3,21 @@
 
 use super::*;
 
+#[cfg(feature = "testing")]
+crate::sync::thread_local! {
+    /// Issue passes this thread ran (the crate's tests: a bounded submit).
+    static PASSES: std::cell::Cell<u64> = std::cell::Cell::new(0);
+}
+
+/// Issue passes the calling thread has run, on any queue (feature
+/// `testing`: the crate's tests count them around a `submit` to show it
+/// returns after a bounded number while other threads keep submitting).
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub fn issue_passes_on_this_thread() -> u64 {
+    PASSES.with(std::cell::Cell::get)
+}
+
 /// Timepoint callback of a pending action: hand it back to the issuer.
 ///
 /// # Safety
@@ -268,6 +283,8 @@ impl<B: Backend> QueueState<B> {
             match first.take() {
                 None => {
                     panicked.run(|| self.pass(issuer));
+                    #[cfg(feature = "testing")]
+                    PASSES.with(|p| p.set(p.get() + 1));
                     passes += 1;
                 }
                 Some(First::Woken(action)) => {

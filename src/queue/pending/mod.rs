@@ -200,6 +200,8 @@ mod finish;
 mod handle;
 mod reentrancy;
 
+#[cfg(feature = "testing")]
+pub use drain::issue_passes_on_this_thread;
 use drain::*;
 pub use handle::PendingQueue;
 use handle::*;
