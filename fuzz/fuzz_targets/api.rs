@@ -412,6 +412,23 @@ fn run(data: &[u8]) {
                 }),
                 Body::Dealloca { transient } => q.dealloca(&w, &s, &transients[transient].buffer),
             };
+            let submitted = match (submitted, &body) {
+                // Refused at the call: the transient's dealloca ran already
+                // (`execute` checks at the call). The action fails as it
+                // would have at its issue: the model reads that through
+                // its semaphore.
+                (
+                    Err(e),
+                    &Body::Inc {
+                        target: Target::Transient(_),
+                        ..
+                    },
+                ) if e.kind() == ErrorKind::FailedPrecondition => {
+                    sem.fail(e);
+                    Ok(())
+                }
+                (r, _) => r,
+            };
             submitted.expect("a valid submission is accepted");
         }
         actions.push(Action {
