@@ -10,17 +10,18 @@ use fenceline::{Error, ErrorKind, Priority};
 
 const T: Duration = Duration::from_secs(30);
 
-/// An executor that is never dropped: with a defect that strands tasks,
-/// the test's timed wait fails it, where the executor's drop (which lets
-/// queued work finish) would hang.
+/// The tests' executor, never dropped (a static, shared by the tests): with
+/// a defect that strands tasks, the test's timed wait fails it, where the
+/// executor's drop (which lets queued work finish) would hang.
 fn exec() -> &'static Executor {
-    Box::leak(Box::new(
+    static EXEC: std::sync::OnceLock<Executor> = std::sync::OnceLock::new();
+    EXEC.get_or_init(|| {
         Executor::new(ExecutorConfig {
             workers: 2,
             ..Default::default()
         })
-        .unwrap(),
-    ))
+        .unwrap()
+    })
 }
 
 /// When each task started and finished, in one global order.
@@ -272,13 +273,14 @@ fn edge_blocks_are_freed_submitted_or_not() {
 /// With priority levels, edges work the same at every level.
 #[test]
 fn edges_on_an_executor_with_levels() {
-    let exec: &'static Executor = Box::leak(Box::new(
+    static LEVELS: std::sync::OnceLock<Executor> = std::sync::OnceLock::new();
+    let exec = LEVELS.get_or_init(|| {
         Executor::with_priorities(ExecutorConfig {
             workers: 2,
             ..Default::default()
         })
-        .unwrap(),
-    ));
+        .unwrap()
+    });
     for p in [Priority::High, Priority::Normal, Priority::Low] {
         let n = 64;
         let clock = Clock::new(n);
