@@ -55,7 +55,7 @@ fn execute_allocates_nothing() {
             chain.wait(to, Duration::from_secs(10)).unwrap();
         };
         run(0, 20_000);
-        let device_waits = device.device_waits_issued();
+        let device_waits = device.stats().device_waits;
         let before = common::allocations();
         run(20_000, 40_000);
         let allocations = common::allocations() - before;
@@ -65,12 +65,12 @@ fn execute_allocates_nothing() {
         );
         // Events are reused: far more links than the pool's 128 events
         // waited on the GPU, each on a pooled event.
-        let device_waits = device.device_waits_issued() - device_waits;
+        let device_waits = device.stats().device_waits - device_waits;
         assert!(
             device_waits > 1_000,
             "{completion:?}: only {device_waits} device waits"
         );
-        assert!(device.events_created() <= 128);
+        assert!(device.stats().events_created <= 128);
         if cuda::is_sim() {
             // The sim's kernel adds grid x block = 2 per run.
             let mut v = [0u8; 4];

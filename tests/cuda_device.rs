@@ -358,10 +358,10 @@ fn producer_consumer(
         .unwrap();
     // Give an issue every chance to happen, then look.
     let start = Instant::now();
-    while d.device_waits_issued() == 0 && start.elapsed() < Duration::from_millis(200) {
+    while d.stats().device_waits == 0 && start.elapsed() < Duration::from_millis(200) {
         std::thread::sleep(Duration::from_millis(1));
     }
-    let issued_early = d.device_waits_issued() == 1;
+    let issued_early = d.stats().device_waits == 1;
     assert_eq!(p.query().unwrap(), 0, "the producer is still blocked");
     assert_eq!(c.query().unwrap(), 0);
     assert_eq!(
@@ -448,11 +448,15 @@ fn events_are_reused_over_10k_submissions() {
     // producer already completed waits on nothing), each on a pooled
     // event: far more than the pool holds...
     assert!(
-        d.device_waits_issued() > 2 * 64,
+        d.stats().device_waits > 2 * 64,
         "only {} device waits",
-        d.device_waits_issued()
+        d.stats().device_waits
     );
     // ...and the pool never grew past its bound: events were reused.
-    assert!(d.events_created() <= 64, "{} events", d.events_created());
+    assert!(
+        d.stats().events_created <= 64,
+        "{} events",
+        d.stats().events_created
+    );
     assert_eq!(cuda::misuse_count(), 0, "{}", cuda::last_misuse());
 }

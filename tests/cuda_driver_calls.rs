@@ -174,14 +174,14 @@ fn a_thread_with_another_context_current_keeps_it_while_the_event_pool_grows() {
         queue.execute(&[], &[(&done, 1)], &[&held]).unwrap();
         // The stream is held: each execute keeps its event, and the 65th
         // onwards create theirs.
-        let created = device.events_created();
+        let created = device.stats().events_created;
         let mut fewest = u64::MAX;
         for frame in 2..=80 {
             let before = cuda::thread_driver_calls().unwrap();
             queue.execute(&[], &[(&done, frame)], &[&cb]).unwrap();
             fewest = fewest.min(cuda::thread_driver_calls().unwrap() - before);
         }
-        assert!(device.events_created() > created, "the pool grew");
+        assert!(device.stats().events_created > created, "the pool grew");
         OPEN.store(true, std::sync::atomic::Ordering::SeqCst);
         done.wait(80, T).unwrap();
         // Ask, push, launch, record, pop: every time.

@@ -1,4 +1,4 @@
-//! loom models of a buffer's hold word (`device::hold::Hold`, the real
+//! loom models of a buffer's hold word (`device::data::hold::Hold`, the real
 //! code): what every user of a CPU buffer's bytes takes, without waiting,
 //! for the span of its use. Each model's users touch a loom `UnsafeCell`
 //! standing for the bytes only while they hold the word, so loom reports
@@ -6,7 +6,7 @@
 //! unordered (a causality violation).
 #![cfg(fenceline_loom)]
 
-use fenceline::device::hold::{Access, Hold};
+use fenceline::device::data::hold::{Access, Hold};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;

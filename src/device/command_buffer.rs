@@ -13,7 +13,7 @@
 
 use std::fmt;
 
-use super::command::Command;
+use super::recording::command::Command;
 use super::recording::{RecordingPool, RecordingRef, Target};
 use super::Buffer;
 use crate::error::{Error, ErrorKind};
@@ -350,10 +350,10 @@ impl CommandBuffer {
         }
         crate::task::tile_count(grid)?;
         let f = self.recording_mut()?.alloc(f)?;
-        let run: super::command::RunTiles = super::command::run_tiles_of::<F>;
+        let run: super::recording::command::RunTiles = super::recording::command::run_tiles_of::<F>;
         // An unsized coercion of the pointer: the closure stays in the
         // recording's arena, owned by the command.
-        let f: std::ptr::NonNull<dyn super::command::Recorded> = f;
+        let f: std::ptr::NonNull<dyn super::recording::command::Recorded> = f;
         self.record(Command::Dispatch {
             grid,
             f,
@@ -443,14 +443,16 @@ impl CommandBuffer {
                 self.check_buffer(buffer)?;
             }
         }
-        super::binding::check(bindings, tiles)?;
+        super::data::binding::check(bindings, tiles)?;
         let recording = self.recording_mut()?;
-        let bound =
-            recording.alloc_slice(bindings.len(), |i| super::binding::Bound::new(&bindings[i]))?;
+        let bound = recording.alloc_slice(bindings.len(), |i| {
+            super::data::binding::Bound::new(&bindings[i])
+        })?;
         // The tiles reach the bindings through this value (see
         // `run_bound_tiles_of`): the command drops it before the bindings.
-        let dispatch = super::binding::BoundDispatch { f, bound };
-        let run: super::command::RunTiles = super::binding::run_bound_tiles_of::<F>;
+        let dispatch = super::data::binding::BoundDispatch { f, bound };
+        let run: super::recording::command::RunTiles =
+            super::data::binding::run_bound_tiles_of::<F>;
         let f = match recording.alloc(dispatch) {
             Ok(f) => f,
             Err(e) => {
@@ -459,7 +461,7 @@ impl CommandBuffer {
                 return Err(e);
             }
         };
-        let f: std::ptr::NonNull<dyn super::command::Recorded> = f;
+        let f: std::ptr::NonNull<dyn super::recording::command::Recorded> = f;
         self.record(Command::Dispatch {
             grid,
             f,

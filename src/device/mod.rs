@@ -7,78 +7,128 @@
 //! the `cuda` module, feature `cuda`). [`Queue::execute`] submits command buffers gated by
 //! semaphores the same way on both.
 
-mod binding;
-mod buffer;
-mod command;
+/// Marks an item of a generic device file that only the CUDA backend
+/// uses (an arena helper, a table lookup): without the feature nothing
+/// calls it, and it is not reported as dead code.
+macro_rules! used_by_cuda {
+    ($item:item) => {
+        #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+        $item
+    };
+}
+
 mod command_buffer;
 mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
-mod cuda_seam;
-/// The buffers' hold word (public for the crate's loom models).
+// Without the feature, `device::cuda` is the stand-ins: the same names,
+// with no values (see the file).
+#[cfg(not(feature = "cuda"))]
+#[path = "no_cuda.rs"]
+mod cuda;
 #[cfg(feature = "testing")]
-pub mod hold;
+pub mod data;
 #[cfg(not(feature = "testing"))]
-pub(crate) mod hold;
+pub(crate) mod data;
 pub(crate) mod host_fn;
-mod host_mem;
 mod queue;
 mod recording;
-mod recording_pool;
 mod stats;
-mod table;
 pub(crate) mod teardown;
 mod work;
 
 use std::fmt;
 use std::sync::Arc;
 
-pub use binding::{Binding, TileIo, MAX_BINDINGS, MAX_SLOTS};
-pub use buffer::{Buffer, BUFFER_ALIGN};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use cpu::fail_next_execute_join;
-pub use cpu::EXECUTE_INLINE_COMMAND_BUFFERS;
+pub use cpu::{CpuConfig, EXECUTE_INLINE_COMMAND_BUFFERS};
 #[cfg(feature = "cuda")]
 pub use cuda::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel, KernelArg};
+pub use data::binding::{Binding, TileIo, MAX_BINDINGS, MAX_SLOTS};
+pub use data::buffer::{Buffer, BUFFER_ALIGN};
 pub use host_fn::HOST_CALL_INLINE_BYTES;
 pub use queue::Queue;
 pub use recording::RECORDING_INITIAL_BYTES;
 pub use stats::DeviceStats;
 
 use crate::error::{Error, ErrorKind};
-use crate::queue::issuer::IssuerThread;
-use crate::queue::PendingQueue;
-use crate::task::priority as priorities;
-use crate::task::{Executor, ExecutorConfig, Priority};
+use crate::semaphore::Semaphore;
+use crate::task::Priority;
 pub use command_buffer::CommandBuffer;
-use cpu::CpuBackend;
+use cpu::CpuDevice;
+use cuda::CudaDevice;
 use recording::{RecordingPool, Target};
-use teardown::Teardown;
-pub(crate) use work::{release_recordings, take_holds, Work};
+pub(crate) use work::Work;
 
-/// How the CPU device is shaped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CpuConfig {
-    /// Worker threads; 0 means the available parallelism.
-    pub workers: usize,
-    /// Queues (at least 1).
-    pub queues: usize,
-    /// Idle workers spin briefly before parking: about 4 us polling for
-    /// work, then about 50 us of yielding (lower latency for work that
-    /// comes back soon, more CPU while idle). See [`ExecutorConfig::spin`](crate::task::ExecutorConfig::spin).
-    pub spin: bool,
-}
-
-impl Default for CpuConfig {
-    fn default() -> Self {
-        CpuConfig {
-            workers: 0,
-            queues: 1,
-            spin: true,
-        }
+/// What a backend's device gives the generic front end ([`Device`],
+/// [`Queue`]): the CPU device (`cpu/`) and the CUDA device (`cuda/`)
+/// implement it. Its queues implement [`queue::Backend`](crate::queue::Backend)
+/// (how an action is issued and completes); this is the rest: identity,
+/// memory, submission, statistics, teardown. ARCHITECTURE.md lists the
+/// steps to add a backend.
+pub(crate) trait DeviceBackend {
+    /// `"cpu"`, or the name the driver reports.
+    fn name(&self) -> &str;
+    /// Queues of the device (at least 1).
+    fn queue_count(&self) -> usize;
+    /// Queue `index`'s priority, as configured.
+    fn queue_priority(&self, index: usize) -> Priority;
+    /// A zeroed buffer of `len` (> 0) bytes.
+    fn buffer(&self, len: usize) -> Result<Buffer, Error>;
+    /// The buffer of an alloca of `len` (> 0) bytes on queue `queue`, not
+    /// usable until the alloca's action runs.
+    fn alloca(&self, len: usize, queue: usize) -> Result<Buffer, Error>;
+    /// Whether `buffer` came from this device's alloca, for a dealloca on
+    /// queue `queue` (an error where it can never be given back there).
+    fn owns_transient(&self, buffer: &Buffer, queue: usize) -> Result<bool, Error>;
+    /// Whether a recording for `target` is this device's.
+    fn made(&self, target: &Target) -> bool;
+    /// Whether an execute's buffers are checked at the call
+    /// ([`check_use`](Self::check_use)).
+    fn checks_uses(&self) -> bool {
+        false
     }
+    /// Checks, at the call, a buffer an execute on `queue` uses: through a
+    /// binding table (`recorded` false) or named by a recording (true).
+    fn check_use(&self, _buffer: &Buffer, _queue: usize, _recorded: bool) -> Result<(), Error> {
+        Ok(())
+    }
+    /// Checks an execute's work at the call, before it is submitted.
+    fn check_execute(&self, _work: &Work) -> Result<(), Error> {
+        Ok(())
+    }
+    /// Submits `work` to queue `queue`.
+    fn submit(
+        &self,
+        queue: usize,
+        waits: &[(&Semaphore, u64)],
+        signals: &[(&Semaphore, u64)],
+        work: Work,
+    ) -> Result<(), Error>;
+    /// Adds the device's counts to `stats`.
+    fn add_stats(&self, stats: &mut DeviceStats);
+    /// Threads that work for the device, for a trace's rings.
+    #[cfg_attr(not(feature = "trace"), allow(dead_code))]
+    fn trace_threads(&self) -> usize;
+    /// The device's drop: frees the queues, and waits for their work to
+    /// drain unless called from inside it, where the last queue state to
+    /// go finishes the teardown.
+    fn tear_down(&mut self);
 }
+
+/// Calls `$body` with `$d` bound to the device's backend (static
+/// dispatch: one `match`).
+macro_rules! on_backend {
+    ($inner:expr, |$d:ident| $body:expr) => {
+        match $inner {
+            $crate::device::DeviceInner::Cpu($d) => $body,
+            $crate::device::DeviceInner::Cuda($d) => $body,
+        }
+    };
+}
+pub(crate) use on_backend;
 
 /// A device: queues, buffers and command buffers. `Send + Sync`.
 ///
@@ -96,45 +146,17 @@ pub struct Device {
     recordings: crate::sync::Arc<RecordingPool>,
 }
 
+/// The backend behind a device's handles.
 enum DeviceInner {
-    Cpu {
-        queues: Vec<PendingQueue<CpuBackend>>,
-        /// Shut down once every queue state is freed (see `Drop`).
-        executor: Option<Executor>,
-        /// Runs the issuer turns handed off while every worker is busy
-        /// (joined, or left to exit on its own, in `Drop`).
-        issuer: Option<IssuerThread>,
-        teardown: crate::sync::Arc<Teardown>,
-        /// Memory for `Queue::alloca`.
-        transient: Arc<host_mem::TransientPool>,
-        /// The device's identity for its buffers and recordings (never
-        /// another device's, also after this one is dropped).
-        id: u64,
-    },
-    Cuda(cuda_seam::CudaDevice),
-}
-
-impl DeviceInner {
-    fn queue_count(&self) -> usize {
-        match self {
-            DeviceInner::Cpu { queues, .. } => queues.len(),
-            DeviceInner::Cuda(d) => d.queue_count(),
-        }
-    }
-
-    fn queue_priority(&self, index: usize) -> Priority {
-        match self {
-            DeviceInner::Cpu { queues, .. } => queues[index].backend().priority(),
-            DeviceInner::Cuda(d) => d.queue_priority(index),
-        }
-    }
+    Cpu(CpuDevice),
+    Cuda(CudaDevice),
 }
 
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Device")
             .field("kind", &self.kind_name())
-            .field("queues", &self.inner.queue_count())
+            .field("queues", &on_backend!(&*self.inner, |d| d.queue_count()))
             .finish()
     }
 }
@@ -216,86 +238,17 @@ impl Device {
         config: CpuConfig,
         priorities: &[Priority],
     ) -> Result<Device, Error> {
-        if config.queues == 0 {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "CpuConfig::queues 0: need at least one queue",
-            ));
-        }
-        priorities::check(priorities, config.queues)?;
-        let executor = Executor::with_turns(
-            ExecutorConfig {
-                workers: config.workers,
-                spin: config.spin,
-            },
-            config.queues,
-            cpu::run_turn,
-            priorities::several(priorities, config.queues),
-        )?;
-        let teardown = Teardown::new(config.queues);
-        // The thread that takes a queue's issuer turn when every worker is
-        // busy (not under the model checker: see `CpuBackend::issuer`).
-        let (issuer_thread, issuer) = if cfg!(fenceline_loom) {
-            (None, None)
-        } else {
-            let (t, i) = IssuerThread::start("fenceline-cpu-issuer", config.queues, cpu::run_turn)?;
-            (Some(t), Some(i))
-        };
-        let queues = (0..config.queues)
-            .map(|index| {
-                PendingQueue::new(CpuBackend::new(
-                    executor.state(),
-                    index,
-                    priorities::of_queue(priorities, index),
-                    issuer.clone(),
-                    Teardown::token(&teardown),
-                ))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        // The queues hold the only handles now: the thread exits once they
-        // are all freed.
-        drop(issuer);
-        // An identity no other device of the process ever has (an address
-        // could be a dropped device's again).
-        let id = crate::sync::unique_number();
-        let recordings = crate::sync::Arc::new(RecordingPool::new(Target::Cpu(id)));
+        let cpu = CpuDevice::new(config, priorities)?;
+        let recordings = crate::sync::Arc::new(RecordingPool::new(cpu.target()));
         Ok(Device {
-            inner: Arc::new(DeviceInner::Cpu {
-                queues,
-                executor: Some(executor),
-                issuer: issuer_thread,
-                teardown,
-                transient: Arc::new(host_mem::TransientPool::new()),
-                id,
-            }),
+            inner: Arc::new(DeviceInner::Cpu(cpu)),
             recordings,
         })
     }
 
     /// `"cpu"`, or the CUDA device's name.
     pub fn kind_name(&self) -> &str {
-        match &*self.inner {
-            DeviceInner::Cpu { .. } => "cpu",
-            DeviceInner::Cuda(d) => d.name(),
-        }
-    }
-
-    /// Events the CUDA device has created so far (each created once and
-    /// reused); 0 for the CPU device.
-    pub fn events_created(&self) -> usize {
-        match &*self.inner {
-            DeviceInner::Cpu { .. } => 0,
-            DeviceInner::Cuda(d) => d.events_created(),
-        }
-    }
-
-    /// Waits the CUDA device met on the GPU (device-wait shortcut) so far;
-    /// 0 for the CPU device.
-    pub fn device_waits_issued(&self) -> u64 {
-        match &*self.inner {
-            DeviceInner::Cpu { .. } => 0,
-            DeviceInner::Cuda(d) => d.device_waits_issued(),
-        }
+        on_backend!(&*self.inner, |d| d.name())
     }
 
     /// Queue `index` (a cheap handle).
@@ -318,7 +271,7 @@ impl Device {
     /// # Ok::<(), fenceline::Error>(())
     /// ```
     pub fn queue(&self, index: usize) -> Result<Queue, Error> {
-        let count = self.inner.queue_count();
+        let count = on_backend!(&*self.inner, |d| d.queue_count());
         if index >= count {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -329,15 +282,6 @@ impl Device {
             device: self.inner.clone(),
             index,
         })
-    }
-
-    /// This CPU device's identity (0 on CUDA, which names its buffers
-    /// otherwise).
-    fn cpu_id(&self) -> u64 {
-        match &*self.inner {
-            DeviceInner::Cpu { id, .. } => *id,
-            DeviceInner::Cuda(_) => 0,
-        }
     }
 
     /// A zeroed buffer of `len` bytes (device memory on a CUDA device).
@@ -366,10 +310,7 @@ impl Device {
     /// # Ok::<(), fenceline::Error>(())
     /// ```
     pub fn buffer(&self, len: usize) -> Result<Buffer, Error> {
-        match &*self.inner {
-            DeviceInner::Cpu { .. } => Buffer::new(len, self.cpu_id()),
-            DeviceInner::Cuda(d) => d.buffer(len),
-        }
+        on_backend!(&*self.inner, |d| d.buffer(len))
     }
 
     /// An empty command buffer, recording, for this device, in a recording
@@ -445,42 +386,42 @@ impl Device {
 
 impl Drop for DeviceInner {
     fn drop(&mut self) {
-        // Dropping a queue handle cancels its pending actions; its state
-        // is freed once its issued actions finished (see `teardown`).
-        match self {
-            DeviceInner::Cpu {
-                queues,
-                executor,
-                issuer,
-                teardown,
-                ..
-            } => {
-                // Inside its own work: on one of its workers, or inside an
-                // issue pass (the drop of a cancelled or finished action's
-                // captures, on whatever thread ran the pass, the issuer
-                // thread included).
-                let inside = crate::queue::in_issue_pass()
-                    || executor.as_ref().is_some_and(|e| e.on_worker_thread());
-                queues.clear();
-                let issuer = issuer.take();
-                let Some(executor) = executor.take() else {
-                    return;
-                };
-                if inside {
-                    // The issuer thread exits once the last queue state
-                    // is freed.
-                    if let Some(t) = issuer {
-                        t.detach();
-                    }
-                    teardown.defer(executor);
-                } else {
-                    teardown.wait_drained();
-                    drop(issuer); // every queue freed: it exits; joined
-                    drop(executor); // joins the workers
-                }
-            }
-            DeviceInner::Cuda(d) => d.tear_down(),
-        }
+        on_backend!(self, |d| d.tear_down())
+    }
+}
+
+#[cfg(feature = "trace")]
+impl Device {
+    /// Starts recording a timeline (feature `trace`): every thread that
+    /// works for fenceline (this device's workers and completion threads,
+    /// threads that submit or signal) writes its events into a ring of
+    /// `events_per_thread` events allocated here, without locks or
+    /// allocation while recording; a full ring drops its oldest events.
+    /// One trace records at a time in a process, and it records the work
+    /// of every device.
+    ///
+    /// # Errors
+    ///
+    /// - [`InvalidArgument`](crate::ErrorKind::InvalidArgument) if
+    ///   `events_per_thread` is 0.
+    /// - [`FailedPrecondition`](crate::ErrorKind::FailedPrecondition) if a
+    ///   trace is already recording.
+    pub fn start_trace(&self, events_per_thread: usize) -> Result<(), crate::Error> {
+        let threads = on_backend!(&*self.inner, |d| d.trace_threads());
+        // Room for the threads that submit, signal and wait besides.
+        crate::trace::start(events_per_thread, threads + 16)
+    }
+
+    /// Stops recording and returns the timeline
+    /// ([`Trace::write_chrome_json`](crate::Trace::write_chrome_json)
+    /// writes it for Perfetto or chrome://tracing).
+    ///
+    /// # Errors
+    ///
+    /// [`FailedPrecondition`](crate::ErrorKind::FailedPrecondition) if no
+    /// trace is recording.
+    pub fn stop_trace(&self) -> Result<crate::Trace, crate::Error> {
+        crate::trace::stop()
     }
 }
 

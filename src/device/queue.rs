@@ -4,10 +4,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::recording::{RecordingRef, Target};
+use super::data::table;
+use super::recording::RecordingRef;
 use super::work::Work;
 use super::{
-    host_fn, host_mem, table, Buffer, CommandBuffer, DeviceInner, EXECUTE_INLINE_COMMAND_BUFFERS,
+    host_fn, on_backend, Buffer, CommandBuffer, DeviceBackend, DeviceInner,
+    EXECUTE_INLINE_COMMAND_BUFFERS,
 };
 use crate::error::{Error, ErrorKind};
 use crate::semaphore::Semaphore;
@@ -28,11 +30,9 @@ impl fmt::Debug for Queue {
 
 /// Checks that every recording was made for the device it is submitted to.
 fn check_recordings(device: &DeviceInner, recordings: &[&RecordingRef]) -> Result<(), Error> {
-    let ok = recordings.iter().all(|r| match (device, &r.pool().target) {
-        (DeviceInner::Cpu { id, .. }, Target::Cpu(rid)) => id == rid,
-        (DeviceInner::Cuda(d), Target::Cuda(shared)) => d.is(shared),
-        _ => false,
-    });
+    let ok = recordings
+        .iter()
+        .all(|r| on_backend!(device, |d| d.made(&r.pool().target)));
     if ok {
         Ok(())
     } else {
@@ -60,7 +60,7 @@ impl Queue {
     /// # Ok::<(), fenceline::Error>(())
     /// ```
     pub fn priority(&self) -> Priority {
-        self.device.queue_priority(self.index)
+        on_backend!(&*self.device, |d| d.queue_priority(self.index))
     }
 
     fn submit(
@@ -69,10 +69,8 @@ impl Queue {
         signals: &[(&Semaphore, u64)],
         payload: Work,
     ) -> Result<(), Error> {
-        match &*self.device {
-            DeviceInner::Cpu { queues, .. } => queues[self.index].submit(waits, signals, payload),
-            DeviceInner::Cuda(d) => d.submit(self.index, waits, signals, payload),
-        }
+        on_backend!(&*self.device, |d| d
+            .submit(self.index, waits, signals, payload))
     }
 
     /// Runs `command_buffers` in order once every wait is reached, then
@@ -218,9 +216,9 @@ impl Queue {
         // A table's buffer from an alloca needs no address yet: its alloca
         // may be issued between now and this execute's issue (which checks
         // it has been).
-        if let DeviceInner::Cuda(d) = &*self.device {
-            t.each_used(|b| d.check_transient_use(b, self.index, false))?;
-        }
+        on_backend!(&*self.device, |d| if d.checks_uses() {
+            t.each_used(|b| d.check_use(b, self.index, false))?;
+        });
         self.execute_table(waits, signals, command_buffers, Some(t))
     }
 
@@ -236,9 +234,9 @@ impl Queue {
         for (i, cb) in command_buffers.iter().enumerate() {
             let r = cb.recording_for_submit()?;
             check_recordings(&self.device, &[r])?;
-            if let DeviceInner::Cuda(d) = &*self.device {
-                r.each_cuda_transient(|b| d.check_transient_use(b, self.index, true))?;
-            }
+            on_backend!(&*self.device, |d| if d.checks_uses() {
+                r.each_cuda_transient(|b| d.check_use(b, self.index, true))?;
+            });
             if table.is_none() && r.has_slots() {
                 return Err(Error::new(
                     ErrorKind::InvalidArgument,
@@ -263,9 +261,7 @@ impl Queue {
                 table,
             }
         };
-        if let DeviceInner::Cpu { .. } = &*self.device {
-            super::work::check_not_gone(&payload)?;
-        }
+        on_backend!(&*self.device, |d| d.check_execute(&payload))?;
         self.submit(waits, signals, payload)
     }
 
@@ -339,12 +335,7 @@ impl Queue {
                 "alloca of 0 bytes: must be at least 1",
             ));
         }
-        let buffer = match &*self.device {
-            DeviceInner::Cpu { transient, id, .. } => {
-                Buffer::transient(host_mem::TransientPool::alloca(transient, len, *id)?)
-            }
-            DeviceInner::Cuda(d) => d.alloca(len, self.index)?,
-        };
+        let buffer = on_backend!(&*self.device, |d| d.alloca(len, self.index))?;
         self.submit(waits, signals, Work::Alloca(buffer.clone()))?;
         Ok(buffer)
     }
@@ -380,12 +371,7 @@ impl Queue {
         signals: &[(&Semaphore, u64)],
         buffer: &Buffer,
     ) -> Result<(), Error> {
-        let ours = match &*self.device {
-            DeviceInner::Cpu { id, .. } => buffer
-                .host()
-                .is_some_and(|m| m.is_transient() && m.device() == *id),
-            DeviceInner::Cuda(d) => d.owns_transient(buffer, self.index)?,
-        };
+        let ours = on_backend!(&*self.device, |d| d.owns_transient(buffer, self.index))?;
         if !ours {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,

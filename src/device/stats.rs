@@ -1,9 +1,7 @@
-//! `Device::stats`: what a device has done, read without a lock; and
-//! `Device::start_trace` / `stop_trace` (feature `trace`).
+//! `Device::stats`: what a device has done, read without a lock.
 
-use super::{Device, DeviceInner};
+use super::{on_backend, Device, DeviceBackend};
 use crate::queue::{Backend, PendingQueue, QueueStats};
-use crate::sync::atomic::Ordering;
 
 /// A device's counters at one moment ([`Device::stats`]). Cheap to take
 /// (atomic loads, no lock, no allocation). Action counts are exact once
@@ -44,6 +42,12 @@ pub struct DeviceStats {
     /// requests on (CPU device; see
     /// [`ISSUE_PASSES_BEFORE_HAND_OFF`](crate::queue::ISSUE_PASSES_BEFORE_HAND_OFF)).
     pub issuer_hand_offs: u64,
+    /// Events the device created (CUDA device: each created once, then
+    /// reused; 0 on the CPU device).
+    pub events_created: u64,
+    /// Waits met on the GPU (CUDA device: the device-wait shortcut; 0 on
+    /// the CPU device).
+    pub device_waits: u64,
 }
 
 impl DeviceStats {
@@ -93,67 +97,7 @@ impl Device {
     /// ```
     pub fn stats(&self) -> DeviceStats {
         let mut st = DeviceStats::default();
-        match &*self.inner {
-            DeviceInner::Cpu {
-                queues, executor, ..
-            } => {
-                for q in queues {
-                    st.add_queue(q);
-                }
-                if let Some(exec) = executor {
-                    let shared = &exec.shared;
-                    st.pool_blocks_in_use += shared.live.load(Ordering::Acquire) as u64;
-                    st.pool_blocks_high_water += shared.pool.capacity() as u64;
-                    for slot in shared.slots.iter() {
-                        let c = &slot.counters;
-                        st.worker_parks += c.parks.load(Ordering::Relaxed);
-                        st.worker_wakeups += c.wakeups.load(Ordering::Relaxed);
-                        st.steals += c.steals.load(Ordering::Relaxed);
-                    }
-                }
-            }
-            DeviceInner::Cuda(d) => d.add_stats(&mut st),
-        }
+        on_backend!(&*self.inner, |d| d.add_stats(&mut st));
         st
-    }
-}
-
-#[cfg(feature = "trace")]
-impl Device {
-    /// Starts recording a timeline (feature `trace`): every thread that
-    /// works for fenceline (this device's workers and completion threads,
-    /// threads that submit or signal) writes its events into a ring of
-    /// `events_per_thread` events allocated here, without locks or
-    /// allocation while recording; a full ring drops its oldest events.
-    /// One trace records at a time in a process, and it records the work
-    /// of every device.
-    ///
-    /// # Errors
-    ///
-    /// - [`InvalidArgument`](crate::ErrorKind::InvalidArgument) if
-    ///   `events_per_thread` is 0.
-    /// - [`FailedPrecondition`](crate::ErrorKind::FailedPrecondition) if a
-    ///   trace is already recording.
-    pub fn start_trace(&self, events_per_thread: usize) -> Result<(), crate::Error> {
-        let threads = match &*self.inner {
-            DeviceInner::Cpu { executor, .. } => {
-                executor.as_ref().map_or(0, |e| e.shared.slots.len())
-            }
-            DeviceInner::Cuda(d) => 2 * d.queue_count(),
-        };
-        // Room for the threads that submit, signal and wait besides.
-        crate::trace::start(events_per_thread, threads + 16)
-    }
-
-    /// Stops recording and returns the timeline
-    /// ([`Trace::write_chrome_json`](crate::Trace::write_chrome_json)
-    /// writes it for Perfetto or chrome://tracing).
-    ///
-    /// # Errors
-    ///
-    /// [`FailedPrecondition`](crate::ErrorKind::FailedPrecondition) if no
-    /// trace is recording.
-    pub fn stop_trace(&self) -> Result<crate::Trace, crate::Error> {
-        crate::trace::stop()
     }
 }

@@ -3,9 +3,10 @@
 //! gives back, with its command buffers, before it signals; and the
 //! actions of `Queue::alloca` / `dealloca`.
 
-use super::hold;
+use super::data::hold;
+use super::data::{binding, buffer, table};
 use super::recording::RecordingRef;
-use super::{binding, buffer, host_fn, table, Buffer, EXECUTE_INLINE_COMMAND_BUFFERS};
+use super::{host_fn, Buffer, EXECUTE_INLINE_COMMAND_BUFFERS};
 use crate::error::{Error, ErrorKind};
 
 /// What one queue action runs, on any device.

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use super::{CudaConfig, CudaDevice, Kernel, KernelArg, Launch};
-use crate::device::command::Command;
+use super::{CudaConfig, CudaDevice, CudaLaunch as Launch, Kernel, KernelArg};
+use crate::device::recording::command::Command;
 use crate::device::recording::{RecordingPool, Target};
 #[cfg(feature = "testing")]
 use crate::device::Queue;

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use super::driver::{check, Context, GraphExec, PinnedMem};
-use crate::device::command::Command;
+use crate::device::data::table::SlotTable;
+use crate::device::recording::command::Command;
 use crate::device::recording::Recording;
-use crate::device::table::SlotTable;
 use crate::error::{Error, ErrorKind};
 
 /// Pinned staging blocks, by power-of-two size, reused across recordings.
@@ -388,7 +388,7 @@ enum DeviceOp<'a> {
         dst: sys::CUdeviceptr,
         len: usize,
     },
-    Launch(&'a super::Launch),
+    Launch(&'a super::CudaLaunch),
 }
 
 impl<'a> DeviceOp<'a> {

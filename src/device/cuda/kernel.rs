@@ -10,8 +10,8 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::driver::{check, Context, Module};
+use crate::device::data::table::SlotTable;
 use crate::device::recording::Recording;
-use crate::device::table::SlotTable;
 use crate::device::{Buffer, MAX_SLOTS};
 use crate::error::{Error, ErrorKind};
 

@@ -33,7 +33,10 @@ pub use driver::forget_current_context as forget_current_cuda_context;
 pub use kernel::{Kernel, KernelArg};
 
 pub(crate) use backend::{CudaBackend, CudaPayload};
-pub(crate) use kernel::Launch;
+pub(crate) use driver::DeviceMem as CudaMem;
+pub(crate) use graph::CudaGraph;
+pub(crate) use kernel::Launch as CudaLaunch;
+pub(crate) use mem_ref::CudaRef;
 
 use super::teardown::Teardown;
 use crate::error::{Error, ErrorKind};
@@ -177,10 +180,5 @@ impl CudaDevice {
         self.queues
             .iter()
             .any(|q| q.backend().completion_thread() == me)
-    }
-
-    /// Device name as the driver reports it.
-    pub(crate) fn name(&self) -> &str {
-        &self.shared.ctx.name
     }
 }

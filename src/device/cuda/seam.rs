@@ -1,6 +1,6 @@
-//! What generic device code calls on the CUDA backend (the other side of
-//! `device::cuda_seam`, whose CPU-only build has the same methods on
-//! types with no values).
+//! What generic device code calls on the CUDA backend: the device's
+//! [`DeviceBackend`], and the shared state's, memory's and buffers'
+//! methods (`device/no_cuda.rs` has the same on types with no values).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -9,38 +9,31 @@ use super::driver::DeviceMem;
 use super::graph::{self, CudaGraph};
 use super::mem_ref::{CudaRef, HandlePool};
 use super::{CudaDevice, CudaPayload, CudaShared};
-use crate::device::hold::Life;
+use crate::device::data::hold::Life;
 use crate::device::recording::Recording;
+use crate::device::recording::Target;
 use crate::device::stats::DeviceStats;
 use crate::device::work::Work;
-use crate::device::Buffer;
+use crate::device::{Buffer, DeviceBackend};
 use crate::error::{Error, ErrorKind};
 use crate::semaphore::Semaphore;
 use crate::task::Priority;
 
-impl CudaDevice {
-    /// Queues (streams) of the device.
-    pub(crate) fn queue_count(&self) -> usize {
+impl DeviceBackend for CudaDevice {
+    fn name(&self) -> &str {
+        &self.shared.ctx.name
+    }
+
+    fn queue_count(&self) -> usize {
         self.queues.len()
     }
 
-    /// Queue `index`'s priority, as configured (`Queue::priority`).
-    pub(crate) fn queue_priority(&self, index: usize) -> Priority {
+    fn queue_priority(&self, index: usize) -> Priority {
         self.queues[index].backend().priority()
     }
 
-    /// Events created so far (each once, then reused).
-    pub(crate) fn events_created(&self) -> usize {
-        self.shared.events.created()
-    }
-
-    /// Waits met on the GPU so far.
-    pub(crate) fn device_waits_issued(&self) -> u64 {
-        self.shared.device_waits.load(Ordering::Relaxed)
-    }
-
     /// A buffer of `len` zeroed bytes of device memory.
-    pub(crate) fn buffer(&self, len: usize) -> Result<Buffer, Error> {
+    fn buffer(&self, len: usize) -> Result<Buffer, Error> {
         if len == 0 {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -55,7 +48,7 @@ impl CudaDevice {
 
     /// The buffer of an alloca on queue `queue`: no memory until the
     /// alloca's action is issued; its handle from the device's pool.
-    pub(crate) fn alloca(&self, len: usize, queue: usize) -> Result<Buffer, Error> {
+    fn alloca(&self, len: usize, queue: usize) -> Result<Buffer, Error> {
         let mem = DeviceMem::transient(&self.shared.ctx, len, queue);
         Ok(Buffer::cuda_mem(HandlePool::handle(
             &self.shared.handles,
@@ -64,7 +57,7 @@ impl CudaDevice {
     }
 
     /// Submits `work` to queue `queue`.
-    pub(crate) fn submit(
+    fn submit(
         &self,
         queue: usize,
         waits: &[(&Semaphore, u64)],
@@ -74,21 +67,19 @@ impl CudaDevice {
         self.queues[queue].submit(waits, signals, CudaPayload::new(work))
     }
 
-    /// Whether recordings for `shared` are this device's.
-    pub(crate) fn is(&self, shared: &CudaShared) -> bool {
-        Arc::ptr_eq(&shared.ctx, &self.shared.ctx)
+    fn made(&self, target: &Target) -> bool {
+        matches!(target, Target::Cuda(shared) if Arc::ptr_eq(&shared.ctx, &self.shared.ctx))
+    }
+
+    fn checks_uses(&self) -> bool {
+        true
     }
 
     /// Checks a buffer a submission to queue `queue` uses: a buffer from
     /// `Queue::alloca` must be that queue's (its stream orders every use)
     /// and its dealloca must not have run; one a recording names
     /// (`recorded`) has had its alloca run. Checked again at issue.
-    pub(crate) fn check_transient_use(
-        &self,
-        buffer: &Buffer,
-        queue: usize,
-        recorded: bool,
-    ) -> Result<(), Error> {
+    fn check_use(&self, buffer: &Buffer, queue: usize, recorded: bool) -> Result<(), Error> {
         let Some(t) = buffer.cuda().and_then(|m| m.transient.as_ref()) else {
             return Ok(());
         };
@@ -120,7 +111,7 @@ impl CudaDevice {
 
     /// Whether `buffer` came from this device's alloca, for a dealloca on
     /// queue `queue` (`InvalidArgument` if it came from another queue's).
-    pub(crate) fn owns_transient(&self, buffer: &Buffer, queue: usize) -> Result<bool, Error> {
+    fn owns_transient(&self, buffer: &Buffer, queue: usize) -> Result<bool, Error> {
         let Some(q) = buffer.cuda_transient_queue() else {
             return Ok(false);
         };
@@ -139,17 +130,23 @@ impl CudaDevice {
         Ok(true)
     }
 
-    /// Adds the queues' counts to `stats`.
-    pub(crate) fn add_stats(&self, stats: &mut DeviceStats) {
+    fn add_stats(&self, stats: &mut DeviceStats) {
         for q in &self.queues {
             stats.add_queue(q);
         }
+        stats.events_created += self.shared.events.created() as u64;
+        stats.device_waits += self.shared.device_waits.load(Ordering::Relaxed);
+    }
+
+    fn trace_threads(&self) -> usize {
+        // An issuing and a completing thread a queue, at most.
+        2 * self.queues.len()
     }
 
     /// The device's drop: frees the queues, and waits for their work to
     /// drain unless called from inside it (an issue pass, a completion
     /// thread), where the last queue state to go finishes the teardown.
-    pub(crate) fn tear_down(&mut self) {
+    fn tear_down(&mut self) {
         let inside = crate::queue::in_issue_pass() || self.on_completion_thread();
         self.queues.clear();
         let issuer = self.issuer.take();

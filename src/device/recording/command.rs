@@ -4,10 +4,10 @@
 
 use std::ptr::NonNull;
 
-use super::binding::Bound;
-use super::cuda_seam::{used_by_cuda, CudaLaunch};
-use super::hold::Access;
-use super::Buffer;
+use crate::device::cuda::CudaLaunch;
+use crate::device::data::binding::Bound;
+use crate::device::data::hold::Access;
+use crate::device::Buffer;
 use crate::error::{Error, ErrorKind};
 use crate::task::Tile;
 
@@ -20,9 +20,14 @@ impl<T: Send + Sync> Recorded for T {}
 /// Runs tiles `start..end` of `grid` with the recorded value at the first
 /// pointer and the submission's binding table at the second (null: none):
 /// the tile loop compiled for that value's type (see [`run_tiles_of`],
-/// [`run_bound_tiles_of`](super::binding::run_bound_tiles_of)).
-pub(crate) type RunTiles =
-    unsafe fn(*const (), *const super::binding::SlotViews, [u32; 3], u64, u64) -> Result<(), Error>;
+/// [`run_bound_tiles_of`](crate::device::data::binding::run_bound_tiles_of)).
+pub(crate) type RunTiles = unsafe fn(
+    *const (),
+    *const crate::device::data::binding::SlotViews,
+    [u32; 3],
+    u64,
+    u64,
+) -> Result<(), Error>;
 
 /// The [`RunTiles`] of closures of type `F` (the table is not used).
 ///
@@ -30,7 +35,7 @@ pub(crate) type RunTiles =
 /// `f` points to a live `F`.
 pub(crate) unsafe fn run_tiles_of<F>(
     f: *const (),
-    _slots: *const super::binding::SlotViews,
+    _slots: *const crate::device::data::binding::SlotViews,
     grid: [u32; 3],
     start: u64,
     end: u64,
@@ -219,7 +224,7 @@ impl Command {
                 if let Some(slot) = bound.slot() {
                     let need = bound
                         .chunk
-                        .and_then(|c| super::binding::chunk_bytes(c, tiles))
+                        .and_then(|c| crate::device::data::binding::chunk_bytes(c, tiles))
                         .unwrap_or(0);
                     f(slot, bound.access(), need);
                 }

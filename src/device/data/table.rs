@@ -10,11 +10,10 @@
 use std::ptr::NonNull;
 
 use super::binding::{SlotView, SlotViews, MAX_SLOTS};
+use super::buffer::Buffer;
 use super::buffer::HostMem;
-use super::cuda_seam::used_by_cuda;
 use super::hold::Access;
-use super::recording::Recording;
-use super::Buffer;
+use crate::device::recording::Recording;
 use crate::error::{Error, ErrorKind};
 use crate::pool::{BlockPool, BlockPoolConfig};
 

@@ -7,8 +7,8 @@
 use std::alloc::Layout;
 use std::ptr::NonNull;
 
+use super::buffer::BUFFER_ALIGN;
 use super::hold::{Access, Hold, Life};
-use super::BUFFER_ALIGN;
 use crate::error::{Error, ErrorKind};
 use crate::pool::{BlockPool, BlockPoolConfig, RawBlock};
 use crate::sync::atomic::{fence, AtomicUsize, Ordering};

@@ -11,9 +11,9 @@
 
 use std::fmt;
 
-use super::cuda_seam::{used_by_cuda, CudaMem, CudaRef};
 use super::hold::Access;
 pub(crate) use super::host_mem::{conflict, HostMem, HostRef};
+use crate::device::cuda::{CudaMem, CudaRef};
 use crate::error::{Error, ErrorKind};
 
 /// Alignment of a CPU-device buffer's first byte: a cache line, enough

@@ -13,23 +13,26 @@
 //! arena, and pushes the recording onto its device's [`RecordingPool`],
 //! from which the next command buffer takes it: no allocation either.
 
+pub(crate) mod command;
+mod pool;
+
 use std::alloc::Layout;
 use std::fmt;
 use std::ptr::NonNull;
 
 use bumpalo::Bump;
 
-use super::command::Command;
-use super::cuda_seam::{used_by_cuda, CudaGraph};
-use super::hold::Access;
+use super::cuda::CudaGraph;
+use super::data::hold::Access;
 use super::Buffer;
 use crate::error::{Error, ErrorKind};
 use crate::list::SingleLinks;
 use crate::sync::atomic::AtomicUsize;
 use crate::sync::Arc;
 use crate::unwind::FirstPanic;
+use command::Command;
 
-pub(crate) use super::recording_pool::{RecordingPool, RecordingRef, Target};
+pub(crate) use pool::{RecordingPool, RecordingRef, Target};
 
 /// Bytes a new recording's arena starts with (more are allocated, once, by
 /// a recording that needs more; the arena keeps them).
@@ -163,7 +166,7 @@ pub(crate) struct Recording {
     /// strongest access: what a submission holds while it runs.
     holds: Option<NonNull<HoldEntry>>,
     /// How the commands use each binding-table slot.
-    slots: [SlotUse; super::binding::MAX_SLOTS],
+    slots: [SlotUse; super::data::binding::MAX_SLOTS],
     /// For a reusable CUDA recording: its graph (`None`: no command).
     pub(crate) graph: Option<CudaGraph>,
     /// Whether a command uses a CUDA buffer from `Queue::alloca` (whose
@@ -237,7 +240,7 @@ impl Recording {
     }
 
     /// How the commands use each binding-table slot.
-    pub(crate) fn slots(&self) -> &[SlotUse; super::binding::MAX_SLOTS] {
+    pub(crate) fn slots(&self) -> &[SlotUse; super::data::binding::MAX_SLOTS] {
         &self.slots
     }
 

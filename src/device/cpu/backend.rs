@@ -1,9 +1,9 @@
 //! The CPU backend: queue actions run as task DAGs on the device's
 //! executor.
 
-use super::teardown::QueueToken;
-use super::Work;
-use crate::device::command::{Command, RunTiles};
+use crate::device::recording::command::{Command, RunTiles};
+use crate::device::teardown::QueueToken;
+use crate::device::Work;
 use crate::error::Error;
 use crate::list::{SList, TransferStack};
 use crate::pool::BlockCache;
@@ -218,7 +218,7 @@ impl CpuBackend {
             let slots = Recorded(work.get().payload().slot_views());
             let result = crate::unwind::guarded(|| unsafe { run_alone(command, slots) });
             let mut work = work.into_inner();
-            let released = super::release_recordings(work.payload_mut());
+            let released = crate::device::work::release_recordings(work.payload_mut());
             // The completion signals, and a queue it readies issues here:
             // that action's first task hops onto this worker.
             let _hop = crate::task::Hop::enter();
@@ -241,9 +241,9 @@ impl CpuBackend {
     fn issue_execute(&self, mut work: Completion<Self>) {
         // The buffers the action touches, held until just before it
         // signals; a conflict with a running action fails this one.
-        if let Err(e) = super::take_holds(work.payload_mut()) {
+        if let Err(e) = crate::device::work::take_holds(work.payload_mut()) {
             // No hold is held here: nothing to give back can fail.
-            let _ = super::release_recordings(work.payload_mut());
+            let _ = crate::device::work::release_recordings(work.payload_mut());
             return work.complete(Err(e));
         }
         // From here every way out gives the holds back before the signals.
@@ -269,7 +269,7 @@ impl CpuBackend {
             let _ = finish_scope.take_error();
             backend.free_scopes.push(finish_scope.into_handle());
             let mut work = work.into_inner();
-            let released = super::release_recordings(work.payload_mut());
+            let released = crate::device::work::release_recordings(work.payload_mut());
             // The completion signals, and a queue it readies issues here:
             // that action's first tasks hop onto this worker (no injector,
             // no wake-up). Completing runs no user code and never waits.
@@ -350,7 +350,7 @@ impl Drop for Finishing {
     fn drop(&mut self) {
         if let Some(mut work) = self.0.take() {
             // The completion's drop fails the signals (`Internal`) anyway.
-            let _ = super::release_recordings(work.payload_mut());
+            let _ = crate::device::work::release_recordings(work.payload_mut());
         }
     }
 }
@@ -445,7 +445,7 @@ fn alone(work: &Completion<CpuBackend>) -> Option<Recorded<Command>> {
 /// buffers it touches.
 unsafe fn run_alone(
     command: Recorded<Command>,
-    slots: Recorded<super::binding::SlotViews>,
+    slots: Recorded<crate::device::data::binding::SlotViews>,
 ) -> Result<(), Error> {
     // SAFETY: per contract.
     match unsafe { &*command.0 } {
@@ -479,7 +479,7 @@ pub(crate) unsafe fn run_turn(turn: std::ptr::NonNull<()>) {
 /// the submission's binding table (null: none).
 struct RecordedTiles {
     f: Recorded<()>,
-    slots: Recorded<super::binding::SlotViews>,
+    slots: Recorded<crate::device::data::binding::SlotViews>,
     run: RunTiles,
 }
 
@@ -495,7 +495,7 @@ impl crate::task::Tiles for RecordedTiles {
 fn command_task(
     g: &mut crate::task::Graph<'_>,
     command: &Command,
-    slots: Recorded<super::binding::SlotViews>,
+    slots: Recorded<crate::device::data::binding::SlotViews>,
 ) -> Result<TaskId, Error> {
     match command {
         Command::Dispatch { grid, f, run, .. } => g.dispatch_tiles(

@@ -7,7 +7,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::ptr::NonNull;
 
-use super::recording::{Recording, RecordingLink};
+use super::{Recording, RecordingLink};
 use crate::error::Error;
 use crate::list::{Handle, SList, TransferStack};
 use crate::sync::atomic::{fence, Ordering};
@@ -113,7 +113,7 @@ impl fmt::Debug for RecordingRef {
 pub(crate) enum Target {
     /// A CPU device, by its identity (`DeviceInner::Cpu::id`).
     Cpu(u64),
-    Cuda(std::sync::Arc<super::cuda_seam::CudaShared>),
+    Cuda(std::sync::Arc<crate::device::cuda::CudaShared>),
 }
 
 impl Target {

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 
+use super::buffer::Buffer;
 use super::hold::Access;
-use super::Buffer;
 use crate::error::{Error, ErrorKind};
 use crate::task::Tile;
 
@@ -328,7 +328,7 @@ impl<'a> TileIo<'a> {
         let size = std::mem::size_of::<T>();
         // The start is aligned to `BUFFER_ALIGN`: only a larger alignment
         // needs looking at (compiled out for every other type).
-        let aligned = std::mem::align_of::<T>() <= super::BUFFER_ALIGN
+        let aligned = std::mem::align_of::<T>() <= super::buffer::BUFFER_ALIGN
             || (v.base as usize) % std::mem::align_of::<T>() == 0;
         if size == 0 || v.len % size != 0 || !aligned {
             return Err(tile_error(misfit::<T>(binding, v.len, 0)));
@@ -373,7 +373,7 @@ impl<'a> TileIo<'a> {
         // multiple of `size_of::<T>()`, hence of its alignment, from a base
         // aligned to `BUFFER_ALIGN`: only a larger alignment needs the
         // address itself looked at (compiled out for every other type).
-        let aligned = std::mem::align_of::<T>() <= super::BUFFER_ALIGN
+        let aligned = std::mem::align_of::<T>() <= super::buffer::BUFFER_ALIGN
             || (v.base as usize + start) % std::mem::align_of::<T>() == 0;
         if size == 0 || chunk % size != 0 || !aligned {
             return Err(tile_error(misfit::<T>(binding, chunk, start)));
@@ -473,7 +473,7 @@ unsafe impl<F: Send + Sync> Send for BoundDispatch<F> {}
 unsafe impl<F: Send + Sync> Sync for BoundDispatch<F> {}
 
 /// The tile loop of a bound dispatch of closure type `F` (a
-/// [`RunTiles`](super::recording::RunTiles)): one `TileIo` per tile.
+/// [`RunTiles`](crate::device::recording::RunTiles)): one `TileIo` per tile.
 ///
 /// # Safety
 /// `data` points to a live `BoundDispatch<F>`; `slots` is null or points
