@@ -104,9 +104,19 @@ pub use trace::Trace;
 /// crate's own tests: its atomics count on every call).
 #[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
 #[doc(hidden)]
-pub use sync::counted::{
+pub use sync::rmw_count::{
     counts as rmw_counts, link_reads, trace as rmw_trace, trace_all as rmw_trace_all,
 };
+
+/// fenceline's internals for its own tests and loom models (feature
+/// `testing`; no stability promise).
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing {
+    /// The counted handle, for its loom model.
+    #[cfg(fenceline_loom)]
+    pub use crate::sync::counted::{Counted, Counts};
+}
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

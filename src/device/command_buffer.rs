@@ -111,12 +111,12 @@ impl CommandBuffer {
             ));
         }
         debug_assert!(
-            self.recording.is_unique(),
+            RecordingRef::is_unique(&self.recording),
             "only an ended recording is submitted"
         );
         // SAFETY: not ended, so never submitted since it was taken or reset:
         // this command buffer holds the only reference, borrowed mutably.
-        Ok(unsafe { self.recording.get_mut() })
+        Ok(unsafe { RecordingRef::get_mut(&mut self.recording) })
     }
 
     /// Fills `len` bytes at `offset` with `pattern` (1, 2 or 4 bytes,
@@ -589,9 +589,9 @@ impl CommandBuffer {
     /// # Ok::<(), fenceline::Error>(())
     /// ```
     pub fn reset(&mut self) -> Result<(), Error> {
-        if self.recording.is_unique() {
+        if RecordingRef::is_unique(&self.recording) {
             // SAFETY: the only reference, borrowed mutably.
-            let panicked = unsafe { self.recording.get_mut() }.reset();
+            let panicked = unsafe { RecordingRef::get_mut(&mut self.recording) }.reset();
             panicked.resume();
         } else {
             let fresh = RecordingPool::take(self.recording.pool(), self.recording.is_one_shot())?;

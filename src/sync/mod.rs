@@ -7,8 +7,9 @@
 //!
 //! [loom]: https://docs.rs/loom
 
-#[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
 pub(crate) mod counted;
+#[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
+pub(crate) mod rmw_count;
 
 #[cfg(not(fenceline_loom))]
 mod imp {
@@ -19,7 +20,7 @@ mod imp {
     pub(crate) use std::thread;
 
     #[cfg(fenceline_count_rmw)]
-    pub(crate) use super::counted::Arc;
+    pub(crate) use super::rmw_count::Arc;
 
     /// Parks the current thread for at most `timeout` (loom has no time:
     /// there it parks until unparked).
@@ -29,7 +30,7 @@ mod imp {
 
     pub(crate) mod atomic {
         #[cfg(fenceline_count_rmw)]
-        pub(crate) use super::super::counted::{
+        pub(crate) use super::super::rmw_count::{
             fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
         };
         pub(crate) use std::sync::atomic::Ordering;
@@ -246,8 +247,10 @@ pub(crate) mod started {
         /// Called by each thread once, when its start-up is done (also if
         /// it unwinds: see [`Arrival`]).
         fn arrive(&self) {
-            // Release: the thread's start-up happens before the waiter's
-            // return (its Acquire load).
+            // Release: pairs with the waiter's Acquire load in `wait`: the
+            // thread's start-up happens before the waiter's return. (The
+            // Acquire half is not needed: the decrements form one release
+            // sequence.)
             #[cfg(not(fenceline_loom))]
             if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.waiter.unpark();
@@ -264,6 +267,7 @@ pub(crate) mod started {
         /// the latch calls it, after starting `count` threads (each of
         /// which arrives once).
         pub(crate) fn wait(&self) {
+            // Acquire: pairs with every `arrive`'s decrement (see there).
             #[cfg(not(fenceline_loom))]
             while self.left.load(Ordering::Acquire) != 0 {
                 // A stray wake-up only loops again.

@@ -2,10 +2,11 @@
 //! to its [`DeviceMem`]. A `Device::buffer`'s lives on the heap; a
 //! `Queue::alloca`'s in a block of the device's [`HandlePool`], so a frame
 //! loop of alloca and dealloca allocates nothing once warm (the memory
-//! itself comes from the driver's stream-ordered pool). The same shape as
+//! itself comes from the driver's stream-ordered pool). A [`Counted`], as
 //! the CPU device's `HostRef`.
 
-use crate::sync::atomic::{fence, AtomicUsize, Ordering};
+use crate::sync::atomic::AtomicUsize;
+use crate::sync::counted::{Counted, Counts};
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -20,7 +21,8 @@ enum Home {
     Pool { pool: Arc<HandlePool>, index: u32 },
 }
 
-struct Counted {
+/// Device memory, its handles' count, and where its block goes back.
+pub(crate) struct CountedMem {
     refs: AtomicUsize,
     home: Home,
     mem: DeviceMem,
@@ -28,69 +30,41 @@ struct Counted {
 
 /// A counted handle to a [`DeviceMem`]: cloning counts one more; the last
 /// drop frees the memory (see `DeviceMem`'s drop) and the handle's block.
-pub(crate) struct CudaRef(NonNull<Counted>);
-
-// SAFETY: `DeviceMem` is `Send + Sync`; the count is atomic.
-unsafe impl Send for CudaRef {}
-// SAFETY: as above.
-unsafe impl Sync for CudaRef {}
+pub(crate) type CudaRef = Counted<CountedMem>;
 
 static_assertions::assert_impl_all!(DeviceMem: Send, Sync);
+static_assertions::assert_impl_all!(CudaRef: Send, Sync);
 
-impl CudaRef {
+impl Counted<CountedMem> {
     /// A handle of its own, on the heap (`Device::buffer`).
     pub(crate) fn boxed(mem: DeviceMem) -> CudaRef {
-        let counted = Box::new(Counted {
+        let counted = Box::new(CountedMem {
             refs: AtomicUsize::new(1),
             home: Home::Heap,
             mem,
         });
-        CudaRef(NonNull::from(Box::leak(counted)))
-    }
-
-    /// Whether two handles are the same memory.
-    pub(crate) fn ptr_eq(a: &CudaRef, b: &CudaRef) -> bool {
-        a.0 == b.0
-    }
-
-    /// The memory's identity (the same for every handle).
-    pub(crate) fn as_ptr(this: &CudaRef) -> *const DeviceMem {
-        // SAFETY: alive while this handle is.
-        unsafe { &raw const (*this.0.as_ptr()).mem }
-    }
-
-    fn counted(&self) -> &Counted {
-        // SAFETY: alive while this handle is (it counts one).
-        unsafe { self.0.as_ref() }
+        // SAFETY: a new value, counted 1 (this handle), freed only by its
+        // `last_drop`.
+        unsafe { Counted::from_raw(NonNull::from(Box::leak(counted))) }
     }
 }
 
-impl Deref for CudaRef {
+impl Deref for CountedMem {
     type Target = DeviceMem;
 
     fn deref(&self) -> &DeviceMem {
-        &self.counted().mem
+        &self.mem
     }
 }
 
-impl Clone for CudaRef {
-    fn clone(&self) -> CudaRef {
-        // Relaxed: a new handle comes from an existing one, which keeps the
-        // memory alive meanwhile (as `Arc`).
-        self.counted().refs.fetch_add(1, Ordering::Relaxed);
-        CudaRef(self.0)
+// SAFETY: `refs` is the handles' count alone.
+unsafe impl Counts for CountedMem {
+    fn count(&self) -> &AtomicUsize {
+        &self.refs
     }
-}
 
-impl Drop for CudaRef {
-    fn drop(&mut self) {
-        // Release: our uses happen before the last handle's free; the
-        // Acquire fence below pairs with every other handle's release.
-        if self.counted().refs.fetch_sub(1, Ordering::Release) != 1 {
-            return;
-        }
-        fence(Ordering::Acquire);
-        let counted = self.0.as_ptr();
+    unsafe fn last_drop(this: NonNull<CountedMem>) {
+        let counted = this.as_ptr();
         // SAFETY: the last handle: nothing else reaches the block. The
         // memory is dropped once, in place; then the block goes home.
         unsafe {
@@ -100,11 +74,11 @@ impl Drop for CudaRef {
                     // Freed without dropping its fields again: the memory
                     // was dropped above, the count and `Heap` own nothing.
                     drop(Box::from_raw(
-                        counted.cast::<std::mem::ManuallyDrop<Counted>>(),
+                        counted.cast::<std::mem::ManuallyDrop<CountedMem>>(),
                     ));
                 }
                 Home::Pool { pool, index } => {
-                    let block = RawBlock::from_parts(self.0.cast::<u8>(), index);
+                    let block = RawBlock::from_parts(this.cast::<u8>(), index);
                     pool.blocks.release_raw(block);
                     drop(pool);
                 }
@@ -123,8 +97,8 @@ impl HandlePool {
     pub(crate) fn new() -> Result<HandlePool, Error> {
         Ok(HandlePool {
             blocks: BlockPool::with_config(BlockPoolConfig {
-                block_size: std::mem::size_of::<Counted>(),
-                align: std::mem::align_of::<Counted>(),
+                block_size: std::mem::size_of::<CountedMem>(),
+                align: std::mem::align_of::<CountedMem>(),
                 first_chunk_blocks: 16,
                 max_blocks: None,
             })?,
@@ -135,11 +109,11 @@ impl HandlePool {
     pub(crate) fn handle(this: &Arc<HandlePool>, mem: DeviceMem) -> Result<CudaRef, Error> {
         let block = this.blocks.acquire_raw()?;
         let index = block.index();
-        let at = block.as_ptr().cast::<Counted>();
+        let at = block.as_ptr().cast::<CountedMem>();
         // SAFETY: the block is ours (just acquired), sized and aligned for
         // a `Counted` (the pool's shape).
         unsafe {
-            at.as_ptr().write(Counted {
+            at.as_ptr().write(CountedMem {
                 refs: AtomicUsize::new(1),
                 home: Home::Pool {
                     pool: this.clone(),
@@ -148,6 +122,8 @@ impl HandlePool {
                 mem,
             });
         }
-        Ok(CudaRef(at))
+        // SAFETY: written above, counted 1 (this handle); its block goes
+        // back to the pool only in its `last_drop`.
+        Ok(unsafe { Counted::from_raw(at) })
     }
 }

@@ -1,6 +1,6 @@
 //! A CPU-device buffer's memory: its bytes (plain memory, aligned to
-//! [`BUFFER_ALIGN`]), its [`Hold`] word, and a hand-counted handle
-//! ([`HostRef`]) whose last drop frees it, or, for queue-ordered
+//! [`BUFFER_ALIGN`]), its [`Hold`] word, and its counted handle
+//! ([`HostRef`], a [`Counted`]) whose last drop frees it, or, for queue-ordered
 //! transient memory ([`Queue::alloca`](super::Queue::alloca)), hands it
 //! back to its device's [`TransientPool`] (no allocation once warm).
 
@@ -11,11 +11,13 @@ use super::buffer::BUFFER_ALIGN;
 use super::hold::{Access, Hold, Life};
 use crate::error::{Error, ErrorKind};
 use crate::pool::{BlockPool, BlockPoolConfig, RawBlock};
-use crate::sync::atomic::{fence, AtomicUsize, Ordering};
+use crate::sync::atomic::AtomicUsize;
+use crate::sync::counted::{Counted, Counts};
 
 /// A CPU-device buffer's bytes and hold word, and where they go back.
 pub(crate) struct HostMem {
-    /// Handles (`HostRef`s); the last one's drop frees or recycles.
+    /// Handles (`HostRef`s); the last one's drop frees or recycles
+    /// (`last_drop`).
     refs: AtomicUsize,
     ptr: NonNull<u8>,
     len: usize,
@@ -147,17 +149,12 @@ fn too_large(len: usize) -> Error {
     )
 }
 
-/// A counted handle to a [`HostMem`] (what a CPU [`Buffer`](super::Buffer)
+/// A counted handle to a [`HostMem`] (what a CPU [`Buffer`](super::buffer::Buffer)
 /// holds). Cloning counts one more; the last drop frees the memory, or
 /// hands a transient buffer's block back to its pool.
-pub(crate) struct HostRef(NonNull<HostMem>);
+pub(crate) type HostRef = Counted<HostMem>;
 
-// SAFETY: `HostMem` is `Send + Sync`; the count is atomic.
-unsafe impl Send for HostRef {}
-// SAFETY: as above.
-unsafe impl Sync for HostRef {}
-
-impl HostRef {
+impl Counted<HostMem> {
     /// `len > 0` zeroed bytes of their own (`Device::buffer`).
     pub(crate) fn zeroed(len: usize, device: u64) -> Result<HostRef, Error> {
         Self::zeroed_in(len, device, false)
@@ -177,45 +174,20 @@ impl HostRef {
             device,
             home: Home::Heap { transient },
         });
-        Ok(HostRef(NonNull::from(Box::leak(mem))))
-    }
-
-    pub(crate) fn ptr_eq(a: &HostRef, b: &HostRef) -> bool {
-        a.0 == b.0
-    }
-
-    pub(crate) fn as_ptr(this: &HostRef) -> *const HostMem {
-        this.0.as_ptr()
+        // SAFETY: a new value, counted 1 (this handle), freed only by
+        // its `last_drop`.
+        Ok(unsafe { Counted::from_raw(NonNull::from(Box::leak(mem))) })
     }
 }
 
-impl std::ops::Deref for HostRef {
-    type Target = HostMem;
-
-    fn deref(&self) -> &HostMem {
-        // SAFETY: alive while any handle is (this one).
-        unsafe { self.0.as_ref() }
+// SAFETY: `refs` is the handles' count alone.
+unsafe impl Counts for HostMem {
+    fn count(&self) -> &AtomicUsize {
+        &self.refs
     }
-}
 
-impl Clone for HostRef {
-    fn clone(&self) -> HostRef {
-        // Relaxed: a new handle comes from an existing one, which keeps
-        // the memory alive meanwhile (as `Arc`).
-        self.refs.fetch_add(1, Ordering::Relaxed);
-        HostRef(self.0)
-    }
-}
-
-impl Drop for HostRef {
-    fn drop(&mut self) {
-        // Release: our uses happen before the last handle's free; the
-        // Acquire fence below pairs with every other handle's release.
-        if self.refs.fetch_sub(1, Ordering::Release) != 1 {
-            return;
-        }
-        fence(Ordering::Acquire);
-        let mem = self.0.as_ptr();
+    unsafe fn last_drop(this: NonNull<HostMem>) {
+        let mem = this.as_ptr();
         // SAFETY: the last handle: nothing else reaches the memory.
         unsafe {
             match &(*mem).home {
@@ -233,7 +205,7 @@ impl Drop for HostRef {
                     };
                     // The header goes with the block (its other fields own
                     // nothing); the pool's handle was moved out above.
-                    let block = RawBlock::from_parts(self.0.cast::<u8>(), index);
+                    let block = RawBlock::from_parts(this.cast::<u8>(), index);
                     pool.classes[class].release_raw(block);
                     drop(pool);
                 }
@@ -318,7 +290,7 @@ impl TransientPool {
                     index,
                 },
             });
-            Ok(HostRef(NonNull::new_unchecked(header)))
+            Ok(Counted::from_raw(NonNull::new_unchecked(header)))
         }
     }
 }

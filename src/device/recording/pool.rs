@@ -1,110 +1,51 @@
-//! A recording's counted references ([`RecordingRef`]) and the device's
+//! A recording's counted references ([`RecordingRef`], a [`Counted`]) and the device's
 //! pool of released recordings ([`RecordingPool`]): the last reference
 //! clears its recording and hands it back, lock-free, where a submission
 //! completes; a new command buffer takes one from the pool.
 
-use std::fmt;
-use std::ops::Deref;
 use std::ptr::NonNull;
 
 use super::{Recording, RecordingLink};
 use crate::error::Error;
 use crate::list::{Handle, SList, TransferStack};
-use crate::sync::atomic::{fence, Ordering};
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::counted::{Counted, Counts};
 use crate::sync::{Arc, Mutex};
 
 /// One counted reference to a recording. The last one dropped recycles it.
-pub(crate) struct RecordingRef(NonNull<Recording>);
+pub(crate) type RecordingRef = Counted<Recording>;
 
-// SAFETY: a reference to a `Send + Sync` recording.
-unsafe impl Send for RecordingRef {}
-// SAFETY: as above.
-unsafe impl Sync for RecordingRef {}
-
-impl RecordingRef {
-    /// Whether this is the only reference (nothing in flight holds it).
-    pub(crate) fn is_unique(&self) -> bool {
-        // Acquire: a holder's release (its last reads of the commands)
-        // happens before we reuse the memory.
-        self.refs.load(Ordering::Acquire) == 1
-    }
-
-    /// The recording, to record into.
-    ///
-    /// # Safety
-    /// This is the only reference ([`is_unique`](Self::is_unique)), and no
-    /// other borrow of the recording is live.
-    pub(crate) unsafe fn get_mut(&mut self) -> &mut Recording {
-        // SAFETY: forwarded contract.
-        unsafe { self.0.as_mut() }
-    }
-}
-
-impl Deref for RecordingRef {
-    type Target = Recording;
-
-    fn deref(&self) -> &Recording {
-        // SAFETY: our counted reference keeps it alive.
-        unsafe { self.0.as_ref() }
-    }
-}
-
-impl Clone for RecordingRef {
-    fn clone(&self) -> Self {
-        // Relaxed: the clone comes from a live reference.
-        self.refs.fetch_add(1, Ordering::Relaxed);
-        RecordingRef(self.0)
-    }
-}
-
-impl Drop for RecordingRef {
+// SAFETY: `refs` is the references' count alone (`take` sets it to 1
+// while the recording is in no list and held by nobody).
+unsafe impl Counts for Recording {
     #[inline]
-    fn drop(&mut self) {
-        // Release: our reads of the commands happen before the recycling.
-        if self.refs.fetch_sub(1, Ordering::Release) != 1 {
-            return;
-        }
-        // SAFETY: the count just reached zero: ours was the last reference.
-        unsafe { self.recycle() };
+    fn count(&self) -> &AtomicUsize {
+        &self.refs
     }
-}
 
-impl RecordingRef {
-    /// The last reference's drop: resets the recording and gives it back.
-    /// Out of line: a submission's command buffer is usually still held
-    /// by its caller (re-executed each frame), so most drops stop at the
-    /// count.
-    ///
-    /// # Safety
-    /// This was the last reference (its release took the count to zero),
-    /// and this is called once, from its drop.
+    /// Resets the recording and gives it back. Out of line: a
+    /// submission's command buffer is usually still held by its caller
+    /// (re-executed each frame), so most drops stop at the count.
     #[cold]
     #[inline(never)]
-    unsafe fn recycle(&mut self) {
-        fence(Ordering::Acquire);
-        // SAFETY: the last reference (per contract): the recording is ours
-        // alone.
-        let recording = unsafe { &mut *self.0.as_ptr() };
+    unsafe fn last_drop(this: NonNull<Recording>) {
+        // SAFETY: the last reference (the contract): the recording is
+        // ours alone.
+        let recording = unsafe { &mut *this.as_ptr() };
         let panicked = recording.reset();
         match recording.pool.take() {
             // SAFETY: cleared, in no list (it was handed out), and the pool
             // frees it (or hands it out again) from here on.
             Some(pool) => {
-                pool.free.push(unsafe { Handle::from_raw(self.0) });
+                pool.free.push(unsafe { Handle::from_raw(this) });
                 // May be the pool's last reference: it then frees every
                 // recording it holds, this one included.
                 drop(pool);
             }
             // SAFETY: made by `Box::into_raw` in `RecordingPool::take`.
-            None => drop(unsafe { Box::from_raw(self.0.as_ptr()) }),
+            None => drop(unsafe { Box::from_raw(this.as_ptr()) }),
         }
         panicked.resume();
-    }
-}
-
-impl fmt::Debug for RecordingRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        (**self).fmt(f)
     }
 }
 
@@ -168,7 +109,9 @@ impl RecordingPool {
         recording.refs.store(1, Ordering::Relaxed);
         recording.pool = Some(pool.clone());
         recording.one_shot = one_shot;
-        Ok(RecordingRef(ptr))
+        // SAFETY: counted 1 (this reference) above; recycled only by its
+        // `last_drop`.
+        Ok(unsafe { Counted::from_raw(ptr) })
     }
 }
 
