@@ -77,6 +77,10 @@ impl Teardown {
     }
 
     fn queue_freed(&self) {
+        // AcqRel: pairs with the AcqRel `fetch_add(0)` in `defer` (either
+        // it sees zero, or the last decrement sees the executor it stored),
+        // and with the other tokens' decrements (the last one sees every
+        // queue state freed).
         if self.live_queues.fetch_sub(1, Ordering::AcqRel) == 1 {
             let _ = self.drained.signal(1);
             self.shut_down_deferred();

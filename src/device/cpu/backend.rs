@@ -212,10 +212,10 @@ impl CpuBackend {
     /// counts in the backend's uncounted `lone_scope`.
     fn issue_alone(&self, work: Finishing, command: Recorded<Command>) {
         let finally = move |_| {
+            let slots = Recorded(work.get().payload().slot_views());
             // SAFETY: the command lives in a recording that `work` holds
             // until `release_recordings` below, and the action holds its
             // buffers until then (`take_holds`).
-            let slots = Recorded(work.get().payload().slot_views());
             let result = crate::unwind::guarded(|| unsafe { run_alone(command, slots) });
             let mut work = work.into_inner();
             let released = crate::device::work::release_recordings(work.payload_mut());
@@ -510,10 +510,13 @@ fn command_task(
             let c = Recorded::<Command>(command);
             g.call(move |_| {
                 let c = c;
-                // SAFETY: see `Recorded`; the action holds the command's
-                // buffers while its tasks run (`take_holds`), and the
-                // graph runs it in its stage's place.
-                unsafe { (*c.0).run() }
+                // SAFETY: see `Recorded`: the submission holds the
+                // command's recording, which outlives its tasks.
+                let command = unsafe { &*c.0 };
+                // SAFETY: the action holds the command's buffers while its
+                // tasks run (`take_holds`), and the graph runs it in its
+                // stage's place.
+                unsafe { command.run() }
             })
         }
     }

@@ -113,10 +113,8 @@ impl CudaBackend {
             // issued before it was published on the semaphore (below, in
             // the producer's `enqueue`); our reference keeps it from being
             // reused until this call has captured that record.
-            check(
-                unsafe { sys::cuStreamWaitEvent(stream, event.raw, 0) },
-                "cuStreamWaitEvent",
-            )?;
+            let r = unsafe { sys::cuStreamWaitEvent(stream, event.raw, 0) };
+            check(r, "cuStreamWaitEvent")?;
             self.shared
                 .device_waits
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -136,8 +134,9 @@ impl CudaBackend {
                 let mem = buffer
                     .cuda()
                     .ok_or_else(|| internal("a CPU buffer's dealloca"))?;
-                // SAFETY: as above (`Queue::dealloca` refuses another
-                // queue's buffer).
+                // SAFETY: the stream of the buffer's queue
+                // (`Queue::dealloca` refuses another queue's buffer), the
+                // context is current, and this is its issuer.
                 unsafe { mem.free_on(stream) }?;
             }
             _ => {}
@@ -179,10 +178,8 @@ impl CudaBackend {
             // the event thread falls back to a stream sync.
             if let Ok(event) = self.shared.events.acquire() {
                 // SAFETY: live event and stream; the context is current.
-                check(
-                    unsafe { sys::cuEventRecord(event.event().raw, stream) },
-                    "cuEventRecord",
-                )?;
+                let r = unsafe { sys::cuEventRecord(event.event().raw, stream) };
+                check(r, "cuEventRecord")?;
                 if publish {
                     // Published only now that its record is issued: a
                     // device wait never sees an event never recorded

@@ -150,6 +150,8 @@ impl Completer {
 
 impl Drop for Completer {
     fn drop(&mut self) {
+        // Release: pairs with the Acquire load of `stop` in `run`; the
+        // actions pushed before are seen there in `issued`.
         self.shared.stop.store(true, Ordering::Release);
         self.shared.unparker.unpark();
         if let Some(t) = self.thread.take() {
@@ -171,8 +173,8 @@ impl Drop for Completer {
 unsafe extern "C" fn on_stream_reached(user: *mut c_void) {
     // SAFETY: per contract.
     let shared = unsafe { Arc::from_raw(user.cast_const().cast::<CompleterShared>()) };
-    // Release: the completion thread that reads the count (Acquire) sees
-    // the stream's work as done.
+    // Release: pairs with the Acquire loads of `reached` in `run`; the
+    // completion thread that reads the count sees the stream's work as done.
     shared.reached.fetch_add(1, Ordering::Release);
     shared.unparker.unpark();
     // If this is the last reference (device gone), dropping frees plain
@@ -205,6 +207,8 @@ fn run(
         let mut progressed = false;
         match shared.mode {
             CompletionMode::HostFunction => {
+                // Acquire: pairs with the Release `fetch_add` in
+                // `on_stream_reached`; the counted actions' work is done.
                 let reached = shared.reached.load(Ordering::Acquire);
                 while counted < reached {
                     let Some(work) = fifo.next() else { break };
@@ -223,6 +227,9 @@ fn run(
         if progressed {
             continue;
         }
+        // Acquire: pairs with the Release `fetch_add` in
+        // `on_stream_reached`; only decides to look again (nothing is
+        // completed on this load).
         if shared.mode == CompletionMode::HostFunction
             && fifo.is_empty()
             && shared.reached.load(Ordering::Acquire) > counted
@@ -233,6 +240,8 @@ fn run(
             continue;
         }
         if fifo.is_empty() {
+            // Acquire: pairs with the Release store in `Completer::drop`;
+            // sees the actions pushed before it in `issued`.
             if shared.stop.load(Ordering::Acquire) && shared.issued.is_empty() {
                 return;
             }
@@ -245,6 +254,9 @@ fn run(
             }
         } else {
             parker.park_timeout(HEALTH_CHECK);
+            // Acquire: pairs with the Release `fetch_add` in
+            // `on_stream_reached`; only decides the health check (nothing
+            // is completed on this load).
             if shared.reached.load(Ordering::Acquire) == counted {
                 fail_if_faulted(stream, &mut fifo);
             }

@@ -91,8 +91,8 @@ struct Updating<'a>(&'a AtomicBool);
 
 impl Drop for Updating<'_> {
     fn drop(&mut self) {
-        // Release: our update and launch happen before the next
-        // submission's update (its Acquire).
+        // Release: pairs with the Acquire CAS in `launch_with_table`; our
+        // update and launch happen before the next submission's update.
         self.0.store(false, Ordering::Release);
     }
 }
@@ -112,7 +112,8 @@ impl CudaGraph {
         stream: sys::CUstream,
     ) -> Result<(), Error> {
         let _turn = if recording.has_slots() {
-            // Acquire: the previous holder's update and launch happened.
+            // Acquire: pairs with the Release store in `Updating::drop`;
+            // the previous holder's update and launch happened.
             while self
                 .updating
                 .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -132,10 +133,8 @@ impl CudaGraph {
         };
         // SAFETY: a live exec (the submission holds its recording) and
         // stream; the context is current.
-        check(
-            unsafe { sys::cuGraphLaunch(self.exec.raw, stream) },
-            "cuGraphLaunch",
-        )
+        let r = unsafe { sys::cuGraphLaunch(self.exec.raw, stream) };
+        check(r, "cuGraphLaunch")
     }
 }
 
@@ -232,19 +231,17 @@ pub(crate) fn build(
                     let mut node = std::ptr::null_mut();
                     // SAFETY: a live graph, dependencies are its nodes, the
                     // range was checked at record time.
-                    check(
-                        unsafe {
-                            sys::cuGraphAddMemsetNode(
-                                &mut node,
-                                template.0,
-                                deps.as_ptr(),
-                                deps.len(),
-                                &params,
-                                ctx.raw,
-                            )
-                        },
-                        "cuGraphAddMemsetNode",
-                    )?;
+                    let r = unsafe {
+                        sys::cuGraphAddMemsetNode(
+                            &mut node,
+                            template.0,
+                            deps.as_ptr(),
+                            deps.len(),
+                            &params,
+                            ctx.raw,
+                        )
+                    };
+                    check(r, "cuGraphAddMemsetNode")?;
                     node
                 }
                 DeviceOp::DeviceToDevice { src, dst, len } => add_copy(
@@ -270,10 +267,8 @@ pub(crate) fn build(
     }
     let mut exec = std::ptr::null_mut();
     // SAFETY: out-pointer to a local; a complete graph.
-    check(
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, template.0, 0) },
-        "cuGraphInstantiateWithFlags",
-    )?;
+    let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, template.0, 0) };
+    check(r, "cuGraphInstantiateWithFlags")?;
     Ok(Some(CudaGraph {
         exec: GraphExec {
             raw: exec,
@@ -291,10 +286,8 @@ fn internal(what: &'static str) -> Error {
 fn add_empty(graph: sys::CUgraph, deps: &[sys::CUgraphNode]) -> Result<sys::CUgraphNode, Error> {
     let mut node = std::ptr::null_mut();
     // SAFETY: a live graph; dependencies are its nodes.
-    check(
-        unsafe { sys::cuGraphAddEmptyNode(&mut node, graph, deps.as_ptr(), deps.len()) },
-        "cuGraphAddEmptyNode",
-    )?;
+    let r = unsafe { sys::cuGraphAddEmptyNode(&mut node, graph, deps.as_ptr(), deps.len()) };
+    check(r, "cuGraphAddEmptyNode")?;
     Ok(node)
 }
 
@@ -354,19 +347,17 @@ fn add_copy(
     let mut node = std::ptr::null_mut();
     // SAFETY: a live graph; dependencies are its nodes; both ranges were
     // checked at record time (host staging is owned by the recording).
-    check(
-        unsafe {
-            sys::cuGraphAddMemcpyNode(
-                &mut node,
-                graph,
-                deps.as_ptr(),
-                deps.len(),
-                &params,
-                ctx.raw,
-            )
-        },
-        "cuGraphAddMemcpyNode",
-    )?;
+    let r = unsafe {
+        sys::cuGraphAddMemcpyNode(
+            &mut node,
+            graph,
+            deps.as_ptr(),
+            deps.len(),
+            &params,
+            ctx.raw,
+        )
+    };
+    check(r, "cuGraphAddMemcpyNode")?;
     Ok(node)
 }
 
@@ -455,41 +446,46 @@ pub(crate) fn issue_direct(
         if command.is_empty_op() {
             continue;
         }
-        // Every call below: a live stream, the context current; ranges
-        // were checked at record time and the submission holds the buffers
-        // and the recording (whose arena has the update bytes).
         let (result, call) = match DeviceOp::of(command)? {
             DeviceOp::Memset {
                 dst,
                 value,
                 element_size,
                 count,
-            } => {
-                // SAFETY: see above.
-                unsafe {
-                    match element_size {
-                        1 => (
-                            sys::cuMemsetD8Async(dst, value as u8, count, stream),
-                            "cuMemsetD8Async",
-                        ),
-                        2 => (
-                            sys::cuMemsetD16Async(dst, value as u16, count, stream),
-                            "cuMemsetD16Async",
-                        ),
-                        _ => (
-                            sys::cuMemsetD32Async(dst, value, count, stream),
-                            "cuMemsetD32Async",
-                        ),
-                    }
-                }
-            }
+            } => match element_size {
+                1 => (
+                    // SAFETY: a live stream, the context current; the range
+                    // was checked at record time and the submission holds
+                    // the buffer.
+                    unsafe { sys::cuMemsetD8Async(dst, value as u8, count, stream) },
+                    "cuMemsetD8Async",
+                ),
+                2 => (
+                    // SAFETY: a live stream, the context current; the range
+                    // was checked at record time and the submission holds
+                    // the buffer.
+                    unsafe { sys::cuMemsetD16Async(dst, value as u16, count, stream) },
+                    "cuMemsetD16Async",
+                ),
+                _ => (
+                    // SAFETY: a live stream, the context current; the range
+                    // was checked at record time and the submission holds
+                    // the buffer.
+                    unsafe { sys::cuMemsetD32Async(dst, value, count, stream) },
+                    "cuMemsetD32Async",
+                ),
+            },
             DeviceOp::HostToDevice { dst, data } => (
-                // SAFETY: see above.
+                // SAFETY: a live stream, the context current; the range was
+                // checked at record time and the submission holds the buffer
+                // and the recording (whose arena has the update bytes).
                 unsafe { sys::cuMemcpyHtoDAsync_v2(dst, data.as_ptr().cast(), data.len(), stream) },
                 "cuMemcpyHtoDAsync",
             ),
             DeviceOp::DeviceToDevice { src, dst, len } => (
-                // SAFETY: see above.
+                // SAFETY: a live stream, the context current; both ranges
+                // were checked at record time and the submission holds both
+                // buffers.
                 unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len, stream) },
                 "cuMemcpyDtoDAsync",
             ),

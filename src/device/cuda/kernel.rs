@@ -56,11 +56,8 @@ impl Kernel {
         let _cur = ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: a NUL-terminated image; out-pointer to a local.
-        check(
-            unsafe { sys::cuModuleLoadData(&mut raw, text.as_ptr().cast()) },
-            "cuModuleLoadData",
-        )
-        .map_err(|e| {
+        let r = unsafe { sys::cuModuleLoadData(&mut raw, text.as_ptr().cast()) };
+        check(r, "cuModuleLoadData").map_err(|e| {
             Error::new(
                 ErrorKind::InvalidArgument,
                 format!("loading PTX: {}", e.message()),
@@ -72,11 +69,8 @@ impl Kernel {
         });
         let mut function = std::ptr::null_mut();
         // SAFETY: a live module; NUL-terminated name; out-pointer.
-        check(
-            unsafe { sys::cuModuleGetFunction(&mut function, module.raw, cname.as_ptr()) },
-            "cuModuleGetFunction",
-        )
-        .map_err(|e| {
+        let r = unsafe { sys::cuModuleGetFunction(&mut function, module.raw, cname.as_ptr()) };
+        check(r, "cuModuleGetFunction").map_err(|e| {
             Error::new(
                 ErrorKind::InvalidArgument,
                 format!("kernel {name:?}: {}", e.message()),
@@ -346,6 +340,8 @@ impl Launch {
         if self.slots().is_empty() {
             return Ok(());
         }
+        // Acquire: pairs with the Release store in `add_node`; sees the
+        // node the graph was built with.
         let node = self.node.load(Ordering::Acquire);
         if node.is_null() {
             return Err(Error::new(
@@ -358,10 +354,8 @@ impl Launch {
             // SAFETY: a live exec holding `node` (built from this launch's
             // graph); one pointer per parameter, each to its 8 bytes, live
             // for the call (the driver copies them).
-            check(
-                unsafe { sys::cuGraphExecKernelNodeSetParams_v2(exec, node, &p) },
-                "cuGraphExecKernelNodeSetParams",
-            )
+            let r = unsafe { sys::cuGraphExecKernelNodeSetParams_v2(exec, node, &p) };
+            check(r, "cuGraphExecKernelNodeSetParams")
         })
     }
 
@@ -390,24 +384,22 @@ impl Launch {
         // SAFETY: a live function and stream, the context current; one
         // pointer per parameter, each to its 8 bytes, live for the call
         // (the driver copies them).
-        check(
-            unsafe {
-                sys::cuLaunchKernel(
-                    self.kernel.inner.function,
-                    self.grid[0],
-                    self.grid[1],
-                    self.grid[2],
-                    self.block[0],
-                    self.block[1],
-                    self.block[2],
-                    self.shared_mem,
-                    stream,
-                    params,
-                    std::ptr::null_mut(),
-                )
-            },
-            "cuLaunchKernel",
-        )
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                self.kernel.inner.function,
+                self.grid[0],
+                self.grid[1],
+                self.grid[2],
+                self.block[0],
+                self.block[1],
+                self.block[2],
+                self.shared_mem,
+                stream,
+                params,
+                std::ptr::null_mut(),
+            )
+        };
+        check(r, "cuLaunchKernel")
     }
 
     /// Adds the launch as a kernel node (the driver copies the values; a
@@ -423,14 +415,13 @@ impl Launch {
         // SAFETY: a live graph and function; one pointer per parameter,
         // each to the parameter's bytes, live for the call (the driver
         // copies them).
-        check(
-            unsafe {
-                sys::cuGraphAddKernelNode_v2(&mut node, graph, deps.as_ptr(), deps.len(), &params)
-            },
-            "cuGraphAddKernelNode",
-        )?;
-        // Release: to the submissions, which read it (Acquire) after the
-        // recording ended.
+        let r = unsafe {
+            sys::cuGraphAddKernelNode_v2(&mut node, graph, deps.as_ptr(), deps.len(), &params)
+        };
+        check(r, "cuGraphAddKernelNode")?;
+        // Release: pairs with the Acquire load in `update_node`; publishes
+        // the node to the submissions, which read it after the recording
+        // ended.
         self.node.store(node, Ordering::Release);
         Ok(node)
     }

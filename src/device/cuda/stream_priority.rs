@@ -36,10 +36,8 @@ impl StreamPriorities {
         let _cur = ctx.enter()?;
         let (mut least, mut greatest) = (0, 0);
         // SAFETY: out-pointers to locals; the context is current.
-        check(
-            unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) },
-            "cuCtxGetStreamPriorityRange",
-        )?;
+        let r = unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) };
+        check(r, "cuCtxGetStreamPriorityRange")?;
         Ok(StreamPriorities { least, greatest })
     }
 

@@ -379,6 +379,9 @@ impl<'a> TileIo<'a> {
             return Err(tile_error(misfit::<T>(binding, chunk, start)));
         }
         self.taken.set(taken | bit);
+        // SAFETY: in bounds of the buffer: checked at record for every
+        // tile of the grid.
+        let first = unsafe { v.base.add(start) };
         // SAFETY: the action holds the buffer for writing; this tile's
         // chunk is disjoint from every other tile's, nothing else of its
         // stage touches the buffer, and this is the only time this tile
@@ -386,7 +389,7 @@ impl<'a> TileIo<'a> {
         // In bounds: checked at record for every tile of the grid. Aligned
         // for `T` (checked above) and a whole number of `T`s; any bytes are
         // a valid `T` (`Pod`).
-        Ok(unsafe { std::slice::from_raw_parts_mut(v.base.add(start).cast::<T>(), chunk / size) })
+        Ok(unsafe { std::slice::from_raw_parts_mut(first.cast::<T>(), chunk / size) })
     }
 
     /// The tile's linear id (its chunk index).

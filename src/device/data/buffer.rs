@@ -318,9 +318,15 @@ impl Buffer {
     ) -> Result<(), Error> {
         let (src, dst) = (self.host_mem()?, dst.host_mem()?);
         debug_assert!(src_offset + len <= src.len() && dst_offset + len <= dst.len());
+        // SAFETY: `src_offset..src_offset + len` is in bounds of `src`
+        // (contract).
+        let from = unsafe { src.base().add(src_offset) };
+        // SAFETY: `dst_offset..dst_offset + len` is in bounds of `dst`
+        // (contract).
+        let to = unsafe { dst.base().add(dst_offset) };
         // SAFETY: both ranges in bounds (contract); `copy` allows overlap;
         // no other user of `dst`'s range or writer of `src`'s (contract).
-        unsafe { std::ptr::copy(src.base().add(src_offset), dst.base().add(dst_offset), len) };
+        unsafe { std::ptr::copy(from, to, len) };
         Ok(())
     }
 }

@@ -77,7 +77,8 @@ impl Hold {
     /// The alloca ran: the buffer is usable from now on. `false` (and
     /// nothing changes) if its dealloca ran first.
     pub fn make_live(&self) -> bool {
-        // Release: the zeroed bytes (written before the buffer was handed
+        // Release: pairs with the Acquire CAS of the first `try_take`;
+        // publishes the zeroed bytes (written before the buffer was handed
         // out) to the first taker. (No one can hold a pending word.)
         self.0
             .compare_exchange(PENDING, 0, Ordering::Release, Ordering::Relaxed)
@@ -96,8 +97,9 @@ impl Hold {
             if now & !PENDING != 0 {
                 return Err(Life::Live);
             }
-            // Acquire: the last holders' uses happen before the memory is
-            // recycled (when the last handle goes).
+            // Acquire: pairs with the Release RMWs in `give_back`; the last
+            // holders' uses happen before the memory is recycled (when the
+            // last handle goes).
             match self
                 .0
                 .compare_exchange_weak(now, GONE, Ordering::Acquire, Ordering::Relaxed)
@@ -110,6 +112,9 @@ impl Hold {
 
     /// Where the buffer is in its queue-ordered life.
     pub fn life(&self) -> Life {
+        // Acquire: pairs with the Release CAS in `make_live` and the Release
+        // RMWs in `give_back`; callers only branch on the life (error
+        // checks) and read no bytes on it.
         let now = self.0.load(Ordering::Acquire);
         if now & GONE != 0 {
             Life::Gone
@@ -124,6 +129,9 @@ impl Hold {
     /// holder conflicts (a writer, or for a write any holder).
     pub fn try_take(&self, access: Access) -> bool {
         match access {
+            // Acquire: pairs with the Release RMWs in `give_back` and the
+            // Release CAS in `make_live`; the writer sees the previous
+            // holders' accesses and the zeroed bytes.
             Access::Write => self
                 .0
                 .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
@@ -136,6 +144,9 @@ impl Hold {
                     }
                     // Readers never fail because of other readers: a CAS
                     // that lost to one retries with the new count.
+                    // Acquire: pairs with the Release RMWs in `give_back`
+                    // and the Release CAS in `make_live`; the reader sees
+                    // the last writer's bytes and the zeroed bytes.
                     match self.0.compare_exchange_weak(
                         now,
                         now + 1,
@@ -162,7 +173,9 @@ impl Hold {
     /// writer in beside a live reader.
     pub fn give_back(&self, access: Access) -> Result<(), crate::Error> {
         let taken = match access {
-            // Only its writer touches a written word.
+            // Only its writer touches a written word. Release: pairs with
+            // the Acquire CASes in `try_take` and `close`; publishes the
+            // writer's bytes to the next holder.
             Access::Write => self
                 .0
                 .compare_exchange(WRITER, 0, Ordering::Release, Ordering::Relaxed)
@@ -173,7 +186,9 @@ impl Hold {
                     if now & CLOSED != 0 || now == 0 {
                         break Err(now);
                     }
-                    // A CAS that lost to another reader retries.
+                    // A CAS that lost to another reader retries. Release:
+                    // pairs with the Acquire CASes of a writer's `try_take`
+                    // and `close`; this reader's reads happen before them.
                     match self.0.compare_exchange_weak(
                         now,
                         now - 1,
@@ -192,6 +207,8 @@ impl Hold {
     #[cfg(any(test, feature = "testing"))]
     /// Whether anyone holds the word (tests).
     pub fn is_held(&self) -> bool {
+        // Acquire: pairs with the Release RMWs in `give_back`; a test's
+        // check, which reads no bytes on it.
         self.0.load(Ordering::Acquire) & !(PENDING | GONE) != 0
     }
 }

@@ -129,7 +129,6 @@ impl Command {
     /// ([`Recording::holds`]), and it runs in its stage's place (no other
     /// command of its stage touches what it writes: the recording's check).
     pub(crate) unsafe fn run(&self) -> Result<(), Error> {
-        // SAFETY (each arm): per contract; ranges checked at record.
         match self {
             Command::Fill {
                 buffer,
@@ -137,19 +136,34 @@ impl Command {
                 len,
                 pattern,
                 pattern_len,
-            } => unsafe { buffer.fill_held(*offset, *len, &pattern[..*pattern_len]) },
+            } => {
+                // SAFETY: per contract, the action holds `buffer` and no
+                // other command of its stage touches it; the range was
+                // checked at record.
+                unsafe { buffer.fill_held(*offset, *len, &pattern[..*pattern_len]) }
+            }
             Command::Update {
                 buffer,
                 offset,
                 data,
-            } => unsafe { buffer.write_held(*offset, Command::update_data(data)) },
+            } => {
+                // SAFETY: per contract, the action holds `buffer` and no
+                // other command of its stage touches it; the range was
+                // checked at record.
+                unsafe { buffer.write_held(*offset, Command::update_data(data)) }
+            }
             Command::Copy {
                 src,
                 src_offset,
                 dst,
                 dst_offset,
                 len,
-            } => unsafe { src.copy_held(*src_offset, dst, *dst_offset, *len) },
+            } => {
+                // SAFETY: per contract, the action holds `src` and `dst`, and
+                // no other command of its stage writes `src` or touches
+                // `dst`; the ranges were checked at record.
+                unsafe { src.copy_held(*src_offset, dst, *dst_offset, *len) }
+            }
             Command::Dispatch { .. } => Err(Error::new(
                 ErrorKind::Internal,
                 "a dispatch runs as a dispatch task",

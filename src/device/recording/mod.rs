@@ -295,8 +295,13 @@ impl Recording {
             .cast::<T>();
         for i in 0..len {
             match make(i) {
-                // SAFETY: `i < len`, inside the fresh allocation.
-                Ok(v) => unsafe { at.as_ptr().add(i).write(v) },
+                Ok(v) => {
+                    // SAFETY: `i < len`, inside the fresh allocation.
+                    let slot = unsafe { at.as_ptr().add(i) };
+                    // SAFETY: `i < len`, inside the fresh allocation (laid
+                    // out for `len` `T`s), not written before.
+                    unsafe { slot.write(v) };
+                }
                 Err(e) => {
                     // SAFETY: the first `i` values were written above.
                     unsafe { std::ptr::slice_from_raw_parts_mut(at.as_ptr(), i).drop_in_place() };
@@ -367,12 +372,12 @@ impl Recording {
             let (Some(last), Some(stage)) = (self.last_node, self.last_stage) else {
                 unreachable!("an open stage has a command");
             };
-            // SAFETY: both are in our arena; we are the only holder while
+            // SAFETY: `last` is in our arena; we are the only holder while
             // recording (`&mut self`).
-            unsafe {
-                (*last.as_ptr()).next = Some(node);
-                (*stage.as_ptr()).len += 1;
-            }
+            unsafe { (*last.as_ptr()).next = Some(node) };
+            // SAFETY: `stage` is in our arena; we are the only holder while
+            // recording (`&mut self`).
+            unsafe { (*stage.as_ptr()).len += 1 };
         } else {
             let stage = match self.alloc(Stage {
                 first: node,
@@ -381,22 +386,25 @@ impl Recording {
             }) {
                 Ok(s) => s,
                 Err(e) => {
+                    // SAFETY: the node is ours, in our arena.
+                    let command = unsafe { std::ptr::addr_of_mut!((*node.as_ptr()).command) };
                     // SAFETY: the node is ours and linked nowhere: drop its
-                    // command so nothing is recorded; the same for the new
-                    // hold entries.
-                    unsafe {
-                        std::ptr::addr_of_mut!((*node.as_ptr()).command).drop_in_place();
-                        drop_holds(new_holds);
-                    }
+                    // command so nothing is recorded.
+                    unsafe { command.drop_in_place() };
+                    // SAFETY: the new hold entries are ours and linked
+                    // nowhere: dropped once, here.
+                    unsafe { drop_holds(new_holds) };
                     return Err(e);
                 }
             };
             if let Some(last_node) = self.last_node {
-                // SAFETY: as above.
+                // SAFETY: `last_node` is in our arena; we are the only
+                // holder while recording (`&mut self`).
                 unsafe { (*last_node.as_ptr()).next = Some(node) };
             }
             match self.last_stage {
-                // SAFETY: as above.
+                // SAFETY: `last` is in our arena; we are the only holder
+                // while recording (`&mut self`).
                 Some(last) => unsafe { (*last.as_ptr()).next = Some(stage) },
                 None => self.first_stage = Some(stage),
             }
@@ -425,7 +433,7 @@ impl Recording {
         while let Some(e) = at {
             // SAFETY: made by `new_holds`, ours.
             at = unsafe { e.as_ref() }.next;
-            // SAFETY: as above.
+            // SAFETY: made by `new_holds`, ours.
             unsafe { (*e.as_ptr()).next = self.holds };
             self.holds = Some(e);
         }
@@ -525,11 +533,16 @@ impl Recording {
             unsafe { s.as_ref() }.first
         });
         while let Some(n) = node {
-            // SAFETY: linked nodes are in our arena; each command is
-            // dropped once, and the link is read first.
+            // SAFETY: linked nodes are in our arena; the link is read
+            // before the node's command is dropped.
             node = unsafe { n.as_ref() }.next;
-            panicked
-                .run(|| unsafe { std::ptr::addr_of_mut!((*n.as_ptr()).command).drop_in_place() });
+            panicked.run(|| {
+                // SAFETY: linked nodes are in our arena.
+                let command = unsafe { std::ptr::addr_of_mut!((*n.as_ptr()).command) };
+                // SAFETY: linked nodes are in our arena; each command is
+                // dropped once, and the link was read first.
+                unsafe { command.drop_in_place() }
+            });
         }
         let holds = self.holds.take();
         // SAFETY: the recording's entries, dropped once (then forgotten).
@@ -556,8 +569,10 @@ unsafe fn drop_holds(mut at: Option<NonNull<HoldEntry>>) {
     while let Some(e) = at {
         // SAFETY: live (contract); the link is read before the drop.
         at = unsafe { e.as_ref() }.next;
+        // SAFETY: live, in an arena (contract).
+        let buffer = unsafe { std::ptr::addr_of_mut!((*e.as_ptr()).buffer) };
         // SAFETY: dropped once (contract).
-        unsafe { std::ptr::addr_of_mut!((*e.as_ptr()).buffer).drop_in_place() };
+        unsafe { buffer.drop_in_place() };
     }
 }
 

@@ -34,11 +34,8 @@ impl Context {
     pub(crate) fn primary(ordinal: usize) -> Result<Arc<Context>, Error> {
         let mut count = 0;
         // SAFETY: out-pointer to a local.
-        check(
-            unsafe { sys::cuDeviceGetCount(&mut count) },
-            "cuDeviceGetCount",
-        )
-        .map_err(|e| unavailable(e.message().to_string()))?;
+        let r = unsafe { sys::cuDeviceGetCount(&mut count) };
+        check(r, "cuDeviceGetCount").map_err(|e| unavailable(e.message().to_string()))?;
         if ordinal >= count.max(0) as usize {
             return Err(unavailable(format!(
                 "CUDA device ordinal {ordinal}: the driver reports {count} device(s)"
@@ -46,11 +43,8 @@ impl Context {
         }
         let mut device = 0;
         // SAFETY: out-pointer to a local; the ordinal is in range.
-        check(
-            unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) },
-            "cuDeviceGet",
-        )
-        .map_err(|e| unavailable(e.message().to_string()))?;
+        let r = unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) };
+        check(r, "cuDeviceGet").map_err(|e| unavailable(e.message().to_string()))?;
         let mut name = [0 as std::ffi::c_char; 128];
         // SAFETY: the buffer holds `len` bytes; the driver NUL-terminates.
         let r = unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device) };
@@ -64,11 +58,8 @@ impl Context {
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; `device` is valid.
-        check(
-            unsafe { sys::cuDevicePrimaryCtxRetain(&mut raw, device) },
-            "cuDevicePrimaryCtxRetain",
-        )
-        .map_err(|e| unavailable(e.message().to_string()))?;
+        let r = unsafe { sys::cuDevicePrimaryCtxRetain(&mut raw, device) };
+        check(r, "cuDevicePrimaryCtxRetain").map_err(|e| unavailable(e.message().to_string()))?;
         Ok(Arc::new(Context { raw, device, name }))
     }
 
@@ -90,10 +81,8 @@ impl Context {
         }
         let mut current = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        check(
-            unsafe { sys::cuCtxGetCurrent(&mut current) },
-            "cuCtxGetCurrent",
-        )?;
+        let r = unsafe { sys::cuCtxGetCurrent(&mut current) };
+        check(r, "cuCtxGetCurrent")?;
         if current.is_null() {
             return self.set_current().map(|()| Entered {
                 _ctx: self,
@@ -108,10 +97,8 @@ impl Context {
             });
         }
         // SAFETY: the context is retained while `self` lives.
-        check(
-            unsafe { sys::cuCtxPushCurrent_v2(self.raw) },
-            "cuCtxPushCurrent",
-        )?;
+        let r = unsafe { sys::cuCtxPushCurrent_v2(self.raw) };
+        check(r, "cuCtxPushCurrent")?;
         // The cache follows the driver: an `enter` nested in this one
         // (an event the pool creates during an issue) finds this context
         // current without a call, and the pop puts back what the driver

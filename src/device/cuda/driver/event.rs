@@ -21,12 +21,10 @@ impl Event {
         let _cur = ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the context is current.
-        check(
-            unsafe {
-                sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
-            },
-            "cuEventCreate",
-        )?;
+        let r = unsafe {
+            sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+        };
+        check(r, "cuEventCreate")?;
         Ok(Event { raw })
     }
 

@@ -86,10 +86,8 @@ impl DeviceMem {
         // The memset may still run on the legacy stream, which fenceline's
         // non-blocking streams do not wait for: finish it here.
         // SAFETY: the null stream is always valid; the context is current.
-        check(
-            unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) },
-            "cuStreamSynchronize",
-        )?;
+        let r = unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) };
+        check(r, "cuStreamSynchronize")?;
         Ok(mem)
     }
 
@@ -152,27 +150,23 @@ impl DeviceMem {
         }
         let mut ptr = 0;
         // SAFETY: out-pointer to a local; live stream, context current.
-        check(
-            unsafe { sys::cuMemAllocAsync(&mut ptr, self.len, stream) },
-            "cuMemAllocAsync",
-        )
-        .map_err(|e| {
+        let r = unsafe { sys::cuMemAllocAsync(&mut ptr, self.len, stream) };
+        check(r, "cuMemAllocAsync").map_err(|e| {
             Error::new(
                 ErrorKind::ResourceExhausted,
                 format!("alloca of {} bytes: {}", self.len, e.message()),
             )
         })?;
         // SAFETY: `len` bytes at `ptr`, allocated earlier on this stream.
-        let zero = check(
-            unsafe { sys::cuMemsetD8Async(ptr, 0, self.len, stream) },
-            "cuMemsetD8Async",
-        );
+        let r = unsafe { sys::cuMemsetD8Async(ptr, 0, self.len, stream) };
+        let zero = check(r, "cuMemsetD8Async");
         if let Err(e) = zero {
             // SAFETY: allocated just above on this stream, used by nothing.
             let _ = unsafe { sys::cuMemFreeAsync(ptr, stream) };
             return Err(e);
         }
-        // Release: the address to whoever reads it (Acquire in `ptr`).
+        // Release: pairs with the Acquire loads in `ptr`, `free_on` and
+        // `host_copy`; publishes the address to whoever reads it.
         self.ptr.store(ptr, Ordering::Release);
         Ok(())
     }
@@ -214,6 +208,8 @@ impl DeviceMem {
                 ),
             )
         })?;
+        // Acquire: pairs with the Release store in `alloc_on`; sees the
+        // address its alloca stored, if it ran.
         let ptr = self.ptr.load(Ordering::Acquire);
         if ptr == 0 {
             // Its alloca never ran (and now never will): nothing to free.
@@ -222,10 +218,8 @@ impl DeviceMem {
         // SAFETY: allocated on this stream by `alloc_on`; every use was
         // enqueued on this stream before (a use is only ever issued to the
         // allocating queue) or fails from now on (`GONE`).
-        check(
-            unsafe { sys::cuMemFreeAsync(ptr, stream) },
-            "cuMemFreeAsync",
-        )?;
+        let r = unsafe { sys::cuMemFreeAsync(ptr, stream) };
+        check(r, "cuMemFreeAsync")?;
         t.freed.store(true, Ordering::Relaxed);
         Ok(())
     }
@@ -235,6 +229,8 @@ impl DeviceMem {
     /// word meanwhile.
     fn host_copy(&self, f: impl FnOnce(u64) -> Result<(), Error>) -> Result<(), Error> {
         let Some(t) = &self.transient else {
+            // Acquire: pairs with nothing; a plain buffer's address is set
+            // in `zeroed` and published with the buffer itself.
             return f(self.ptr.load(Ordering::Acquire));
         };
         if !t.life.try_take(Access::Read) {
@@ -250,6 +246,8 @@ impl DeviceMem {
                 ),
             });
         }
+        // Acquire: pairs with the Release store in `alloc_on`; the alloca
+        // completed (the live hold just taken), so its address is stored.
         let r = f(self.ptr.load(Ordering::Acquire));
         t.life.give_back(Access::Read)?;
         r
@@ -266,12 +264,10 @@ impl DeviceMem {
             // SAFETY: the range is inside the live allocation (checked by
             // the caller; `host_copy` keeps it allocated) and `out` holds
             // `out.len()` writable bytes.
-            check(
-                unsafe {
-                    sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), ptr + offset as u64, out.len())
-                },
-                "cuMemcpyDtoH",
-            )
+            let r = unsafe {
+                sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), ptr + offset as u64, out.len())
+            };
+            check(r, "cuMemcpyDtoH")
         })
     }
 }
@@ -288,12 +284,10 @@ impl DeviceMem {
             // SAFETY: the range is inside the live allocation (checked by
             // the caller; `host_copy` keeps it allocated) and `data` holds
             // `data.len()` readable bytes.
-            check(
-                unsafe {
-                    sys::cuMemcpyHtoD_v2(ptr + offset as u64, data.as_ptr().cast(), data.len())
-                },
-                "cuMemcpyHtoD",
-            )
+            let r = unsafe {
+                sys::cuMemcpyHtoD_v2(ptr + offset as u64, data.as_ptr().cast(), data.len())
+            };
+            check(r, "cuMemcpyHtoD")
         })
     }
 }
@@ -331,10 +325,8 @@ impl PinnedMem {
         let _cur = ctx.enter()?;
         let mut ptr = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the context is current.
-        check(
-            unsafe { sys::cuMemAllocHost_v2(&mut ptr, len) },
-            "cuMemAllocHost",
-        )?;
+        let r = unsafe { sys::cuMemAllocHost_v2(&mut ptr, len) };
+        check(r, "cuMemAllocHost")?;
         Ok(PinnedMem {
             ptr: ptr.cast(),
             len,

@@ -28,16 +28,14 @@ impl Stream {
         let _cur = ctx.enter()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the context is current.
-        check(
-            unsafe {
-                sys::cuStreamCreateWithPriority(
-                    &mut raw,
-                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-                    priority,
-                )
-            },
-            "cuStreamCreateWithPriority",
-        )?;
+        let r = unsafe {
+            sys::cuStreamCreateWithPriority(
+                &mut raw,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                priority,
+            )
+        };
+        check(r, "cuStreamCreateWithPriority")?;
         Ok(Stream {
             raw,
             ctx: ctx.clone(),
@@ -51,10 +49,8 @@ impl Stream {
         let _cur = self.ctx.enter()?;
         let mut priority = 0;
         // SAFETY: a live stream; out-pointer to a local.
-        check(
-            unsafe { sys::cuStreamGetPriority(self.raw, &mut priority) },
-            "cuStreamGetPriority",
-        )?;
+        let r = unsafe { sys::cuStreamGetPriority(self.raw, &mut priority) };
+        check(r, "cuStreamGetPriority")?;
         Ok(priority)
     }
 
@@ -62,10 +58,8 @@ impl Stream {
     pub(crate) fn synchronize(&self) -> Result<(), Error> {
         let _cur = self.ctx.enter()?;
         // SAFETY: a live stream; the context is current.
-        check(
-            unsafe { sys::cuStreamSynchronize(self.raw) },
-            "cuStreamSynchronize",
-        )
+        let r = unsafe { sys::cuStreamSynchronize(self.raw) };
+        check(r, "cuStreamSynchronize")
     }
 }
 
