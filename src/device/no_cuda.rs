@@ -27,6 +27,26 @@ pub(crate) enum CudaLaunch {}
 /// A recording's instantiated CUDA graph.
 pub(crate) enum CudaGraph {}
 
+/// The paths generic code names them by: the real backend's files
+/// (`memory.rs`, `kernel.rs`, `graph.rs`, `shared.rs`), which hold only
+/// these types (their work on recordings lives in other files), so that no
+/// import circle runs through the backend.
+pub(crate) mod memory {
+    pub(crate) use super::{CudaMem, CudaRef};
+}
+/// As above.
+pub(crate) mod kernel {
+    pub(crate) use super::CudaLaunch as Launch;
+}
+/// As above.
+pub(crate) mod graph {
+    pub(crate) use super::CudaGraph;
+}
+/// As above.
+pub(crate) mod shared {
+    pub(crate) use super::CudaShared;
+}
+
 // As the real graph: its drop frees driver objects.
 impl Drop for CudaGraph {
     fn drop(&mut self) {

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use super::{CudaConfig, CudaDevice, CudaLaunch as Launch, Kernel, KernelArg};
+use super::kernel::Launch;
+use super::{CudaConfig, CudaDevice, Kernel, KernelArg};
 use crate::device::recording::command::Command;
 use crate::device::recording::{RecordingPool, Target};
 #[cfg(feature = "testing")]

@@ -167,7 +167,7 @@ impl CudaBackend {
                 if let Some(graph) = &recording.graph {
                     graph.launch_with_table(recording, table, stream)?;
                 } else if recording.is_one_shot() {
-                    super::graph::issue_direct(recording, table, stream)?;
+                    super::issue::issue_direct(recording, table, stream)?;
                 }
             }
         }

@@ -21,9 +21,13 @@ mod backend;
 mod completer;
 pub(crate) mod driver;
 pub(crate) mod graph;
-mod kernel;
-pub(crate) mod mem_ref;
+mod issue;
+pub(crate) mod kernel;
+mod launch;
+pub(crate) mod memory;
+mod pinned;
 mod seam;
+pub(crate) mod shared;
 mod stream_priority;
 
 use std::sync::Arc;
@@ -33,10 +37,6 @@ pub use driver::forget_current_context as forget_current_cuda_context;
 pub use kernel::{Kernel, KernelArg};
 
 pub(crate) use backend::{CudaBackend, CudaPayload};
-pub(crate) use driver::DeviceMem as CudaMem;
-pub(crate) use graph::CudaGraph;
-pub(crate) use kernel::Launch as CudaLaunch;
-pub(crate) use mem_ref::CudaRef;
 
 use super::teardown::Teardown;
 use crate::error::{Error, ErrorKind};
@@ -46,7 +46,8 @@ use crate::semaphore::EventPool;
 use crate::task::priority as priorities;
 use crate::task::Priority;
 use driver::{Context, Event};
-use graph::PinnedPool;
+use memory::HandlePool;
+use shared::CudaShared;
 use stream_priority::StreamPriorities;
 
 /// How the CUDA device is shaped.
@@ -73,17 +74,6 @@ impl Default for CudaConfig {
             events: 1024,
         }
     }
-}
-
-/// What every queue, buffer and recording of one CUDA device shares.
-pub(crate) struct CudaShared {
-    pub(crate) ctx: Arc<Context>,
-    pub(crate) events: EventPool<Event>,
-    pub(crate) pinned: Arc<PinnedPool>,
-    /// Waits met on the GPU so far (`cuStreamWaitEvent` calls).
-    pub(crate) device_waits: std::sync::atomic::AtomicU64,
-    /// Handles of `Queue::alloca`'s buffers, reused.
-    pub(crate) handles: Arc<mem_ref::HandlePool>,
 }
 
 /// The CUDA side of a `Device`.
@@ -142,7 +132,7 @@ impl CudaDevice {
             events,
             pinned: Arc::default(),
             device_waits: Default::default(),
-            handles: Arc::new(mem_ref::HandlePool::new()?),
+            handles: Arc::new(HandlePool::new()?),
         });
         let range = StreamPriorities::of(&shared.ctx)?;
         let (thread, issuer) =

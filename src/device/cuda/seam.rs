@@ -6,8 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::driver::DeviceMem;
-use super::graph::{self, CudaGraph};
-use super::mem_ref::{CudaRef, HandlePool};
+use super::graph::CudaGraph;
+use super::issue;
+use super::memory::{CudaRef, HandlePool};
 use super::{CudaDevice, CudaPayload, CudaShared};
 use crate::device::data::hold::Life;
 use crate::device::recording::Recording;
@@ -175,7 +176,7 @@ impl CudaShared {
         if recording.is_one_shot() {
             return Ok(None);
         }
-        graph::build(&self.ctx, &self.pinned, recording)
+        issue::build(&self.ctx, &self.pinned, recording)
     }
 }
 

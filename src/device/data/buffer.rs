@@ -13,12 +13,10 @@ use std::fmt;
 
 use super::hold::Access;
 pub(crate) use super::host_mem::{conflict, HostMem, HostRef};
-use crate::device::cuda::{CudaMem, CudaRef};
+use crate::device::cuda::memory::{CudaMem, CudaRef};
 use crate::error::{Error, ErrorKind};
 
-/// Alignment of a CPU-device buffer's first byte: a cache line, enough
-/// for every primitive type and SIMD vectors up to 512 bits.
-pub const BUFFER_ALIGN: usize = 64;
+pub use super::host_mem::BUFFER_ALIGN;
 
 /// A buffer of device memory. Cheap to clone (a handle); `Send + Sync`.
 ///

@@ -7,12 +7,15 @@
 use std::alloc::Layout;
 use std::ptr::NonNull;
 
-use super::buffer::BUFFER_ALIGN;
 use super::hold::{Access, Hold, Life};
 use crate::error::{Error, ErrorKind};
 use crate::pool::{BlockPool, BlockPoolConfig, RawBlock};
 use crate::sync::atomic::AtomicUsize;
 use crate::sync::counted::{Counted, Counts};
+
+/// Alignment of a CPU-device buffer's first byte: a cache line, enough
+/// for every primitive type and SIMD vectors up to 512 bits.
+pub const BUFFER_ALIGN: usize = 64;
 
 /// A CPU-device buffer's bytes and hold word, and where they go back.
 pub(crate) struct HostMem {

@@ -4,7 +4,7 @@
 
 use std::ptr::NonNull;
 
-use crate::device::cuda::CudaLaunch;
+use crate::device::cuda::kernel::Launch as CudaLaunch;
 use crate::device::data::binding::Bound;
 use crate::device::data::hold::Access;
 use crate::device::Buffer;

@@ -22,7 +22,7 @@ use std::ptr::NonNull;
 
 use bumpalo::Bump;
 
-use super::cuda::CudaGraph;
+use super::cuda::graph::CudaGraph;
 use super::data::hold::Access;
 use super::Buffer;
 use crate::error::{Error, ErrorKind};

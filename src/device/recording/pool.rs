@@ -54,7 +54,7 @@ unsafe impl Counts for Recording {
 pub(crate) enum Target {
     /// A CPU device, by its identity (`DeviceInner::Cpu::id`).
     Cpu(u64),
-    Cuda(std::sync::Arc<crate::device::cuda::CudaShared>),
+    Cuda(std::sync::Arc<crate::device::cuda::shared::CudaShared>),
 }
 
 impl Target {

@@ -11,6 +11,7 @@ use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+pub(crate) use super::driver::DeviceMem as CudaMem;
 use super::driver::DeviceMem;
 use crate::error::Error;
 use crate::pool::{BlockPool, BlockPoolConfig, RawBlock};
