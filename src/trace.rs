@@ -223,6 +223,10 @@ mod imp {
             UNSLOTTED.fetch_add(1, Ordering::Relaxed);
             return;
         };
+        // SeqCst (this store and the load below): pairs with `stop`'s
+        // SeqCst swap of `RUNNING` and its `busy` loads; store-then-load
+        // on both sides, so at least one sees the other. The load also
+        // acquires `start`'s setup (its SeqCst store).
         slot.busy.store(true, Ordering::SeqCst);
         // Still the running trace? (`stop` unpublishes it, then waits for
         // every `busy` to clear: one of us sees the other.)
@@ -233,11 +237,16 @@ mod imp {
             let n = slot.written.load(Ordering::Relaxed);
             let ring = slot.ring.load(Ordering::Relaxed);
             // SAFETY: the ring of this slot in the running trace, `cap`
-            // events long, alive until `stop` saw `busy` clear; only the
-            // slot's thread writes it.
-            unsafe { ring.add((n % cap) as usize).write(e) };
+            // events long: `n % cap` is in bounds.
+            let at = unsafe { ring.add((n % cap) as usize) };
+            // SAFETY: the ring is alive until `stop` saw `busy` clear; only
+            // the slot's thread writes it.
+            unsafe { at.write(e) };
+            // Release: pairs with `stop`'s Acquire load of `written`.
             slot.written.store(n + 1, Ordering::Release);
         }
+        // Release: pairs with `stop`'s SeqCst `busy` loads: the ring's
+        // events happen before `stop` reads them.
         slot.busy.store(false, Ordering::Release);
     }
 
@@ -250,6 +259,8 @@ mod imp {
             MINE.with(|m| m.set((serial, usize::MAX)));
             return usize::MAX;
         };
+        // SeqCst: pairs with `stop`'s swap and `busy` loads, as in
+        // `record_slow` (store-then-load on both sides).
         slot.busy.store(true, Ordering::SeqCst);
         let ok = RUNNING.load(Ordering::SeqCst) == serial && index < IN_USE.load(Ordering::Relaxed);
         if ok {
@@ -265,6 +276,8 @@ mod imp {
             }
             slot.claimed.store(true, Ordering::Relaxed);
         }
+        // Release: pairs with `stop`'s SeqCst `busy` loads: the name and
+        // `claimed` (stored Relaxed) happen before `stop` reads them.
         slot.busy.store(false, Ordering::Release);
         let index = if ok { index } else { usize::MAX };
         MINE.with(|m| m.set((serial, index)));
@@ -326,6 +339,8 @@ mod imp {
         if RUNNING.load(Ordering::Relaxed) == 0 {
             return 0;
         }
+        // Acquire: pairs with the Release store below; only compared here,
+        // so nothing relies on it.
         let find = || {
             KIND_NAMES
                 .iter()
@@ -340,6 +355,8 @@ mod imp {
         if let Some(i) = find() {
             return i as u64;
         }
+        // Acquire: pairs with another inserter's Release store below, which
+        // the lock orders anyway; only nullness is used.
         let Some(i) = KIND_NAMES
             .iter()
             .position(|p| p.load(Ordering::Acquire).is_null())
@@ -347,7 +364,8 @@ mod imp {
             return 0;
         };
         KIND_LENS[i].store(name.len(), Ordering::Relaxed);
-        // Release: the length, to readers that load the pointer.
+        // Release: pairs with the Acquire load in `stop`: the length, to
+        // readers that load the pointer.
         KIND_NAMES[i].store(name.as_ptr().cast_mut(), Ordering::Release);
         i as u64
     }
@@ -362,6 +380,8 @@ mod imp {
             ));
         }
         let mut rings = RINGS.lock().unwrap_or_else(|p| p.into_inner());
+        // Acquire: pairs with the store below and `stop`'s swap, all made
+        // under this lock, which orders them anyway.
         if RUNNING.load(Ordering::Acquire) != 0 {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
@@ -382,7 +402,8 @@ mod imp {
         NEXT_SLOT.store(0, Ordering::Relaxed);
         UNSLOTTED.store(0, Ordering::Relaxed);
         START.store(clock(), Ordering::Relaxed);
-        // Publishes everything above to the writers (their `SeqCst` load).
+        // Pairs with the writers' SeqCst loads in `record_slow` and `claim`:
+        // publishes everything above to them.
         RUNNING.store(SERIAL.fetch_add(1, Ordering::Relaxed), Ordering::SeqCst);
         Ok(())
     }
@@ -391,6 +412,8 @@ mod imp {
     /// [`crate::Device::stop_trace`]).
     pub(crate) fn stop() -> Result<Trace, Error> {
         let mut rings = RINGS.lock().unwrap_or_else(|p| p.into_inner());
+        // SeqCst: pairs with the writers' SeqCst `busy` stores and
+        // `RUNNING` loads (`record_slow`, `claim`).
         if RUNNING.swap(0, Ordering::SeqCst) == 0 {
             return Err(Error::new(
                 ErrorKind::FailedPrecondition,
@@ -398,6 +421,8 @@ mod imp {
             ));
         }
         // Wait out the writers that saw the trace running (module docs).
+        // SeqCst: pairs with the writers' `busy` stores and `RUNNING` loads
+        // as the swap above; also acquires their Release clears of `busy`.
         for slot in SLOTS.0.iter() {
             while slot.busy.load(Ordering::SeqCst) {
                 std::thread::yield_now();
@@ -407,6 +432,9 @@ mod imp {
         let mut threads = Vec::new();
         let mut dropped = UNSLOTTED.load(Ordering::Relaxed);
         for (tid, (slot, ring)) in SLOTS.0.iter().zip(rings.iter()).enumerate() {
+            // Acquire: `claimed` pairs with no Release (stored Relaxed in
+            // `claim`; the `busy` wait above ordered it); `written` pairs
+            // with `record_slow`'s Release store.
             if !slot.claimed.load(Ordering::Acquire) {
                 continue;
             }
@@ -431,13 +459,13 @@ mod imp {
             .iter()
             .zip(&KIND_LENS)
             .map_while(|(p, l)| {
+                // Acquire: pairs with `task_kind`'s Release store (the length).
                 let p = p.load(Ordering::Acquire);
-                // SAFETY: a `&'static str`'s pointer and length.
-                (!p.is_null()).then(|| unsafe {
-                    std::str::from_utf8_unchecked(std::slice::from_raw_parts(
-                        p,
-                        l.load(Ordering::Relaxed),
-                    ))
+                (!p.is_null()).then(|| {
+                    // SAFETY: a `&'static str`'s pointer and length.
+                    let bytes = unsafe { std::slice::from_raw_parts(p, l.load(Ordering::Relaxed)) };
+                    // SAFETY: the bytes of a `&'static str`: UTF-8.
+                    unsafe { std::str::from_utf8_unchecked(bytes) }
                 })
             })
             .collect();

@@ -36,23 +36,25 @@ impl<L: DoubleLink> DList<L> {
     /// `at` (if any) is linked in this list.
     pub unsafe fn insert_after(&mut self, at: Option<NonNull<L::Node>>, node: Handle<L>) {
         let node = node.into_raw();
-        // SAFETY: `at` and its successor are linked here (contract), so
-        // valid; the handle gave us the right to link `node`.
-        unsafe {
-            let next = match at {
-                Some(at) => double_next::<L>(at),
-                None => self.ends.head,
-            };
-            set_double_prev::<L>(node, at);
-            set_double_next::<L>(node, next);
-            match at {
-                Some(at) => set_double_next::<L>(at, Some(node)),
-                None => self.ends.head = Some(node),
-            }
-            match next {
-                Some(n) => set_double_prev::<L>(n, Some(node)),
-                None => self.ends.tail = Some(node),
-            }
+        let next = match at {
+            // SAFETY: `at` is linked here (contract), so valid.
+            Some(at) => unsafe { double_next::<L>(at) },
+            None => self.ends.head,
+        };
+        // SAFETY: the handle gave us the right to link `node`.
+        unsafe { set_double_prev::<L>(node, at) };
+        // SAFETY: the handle gave us the right to link `node`.
+        unsafe { set_double_next::<L>(node, next) };
+        match at {
+            // SAFETY: `at` is linked here (contract), so valid.
+            Some(at) => unsafe { set_double_next::<L>(at, Some(node)) },
+            None => self.ends.head = Some(node),
+        }
+        match next {
+            // SAFETY: `next` is the successor of `at` (or the head), linked
+            // here, so valid.
+            Some(n) => unsafe { set_double_prev::<L>(n, Some(node)) },
+            None => self.ends.tail = Some(node),
         }
         self.ends.len += 1;
     }
@@ -95,27 +97,30 @@ impl<L: DoubleLink> DList<L> {
     /// # Safety
     /// `node` is linked in *this* list.
     pub unsafe fn remove(&mut self, node: NonNull<L::Node>) -> Handle<L> {
-        // SAFETY: `node` and its neighbours are linked here, hence valid.
-        unsafe {
-            let prev = double_prev::<L>(node);
-            let next = double_next::<L>(node);
-            match prev {
-                Some(p) => set_double_next::<L>(p, next),
-                None => {
-                    debug_assert_eq!(self.ends.head, Some(node), "remove: not in this list");
-                    self.ends.head = next;
-                }
+        // SAFETY: `node` is linked here (contract), hence valid.
+        let prev = unsafe { double_prev::<L>(node) };
+        // SAFETY: `node` is linked here (contract), hence valid.
+        let next = unsafe { double_next::<L>(node) };
+        match prev {
+            // SAFETY: `p`, a neighbour of `node`, is linked here, hence valid.
+            Some(p) => unsafe { set_double_next::<L>(p, next) },
+            None => {
+                debug_assert_eq!(self.ends.head, Some(node), "remove: not in this list");
+                self.ends.head = next;
             }
-            match next {
-                Some(n) => set_double_prev::<L>(n, prev),
-                None => {
-                    debug_assert_eq!(self.ends.tail, Some(node), "remove: not in this list");
-                    self.ends.tail = prev;
-                }
-            }
-            set_double_next::<L>(node, None);
-            set_double_prev::<L>(node, None);
         }
+        match next {
+            // SAFETY: `n`, a neighbour of `node`, is linked here, hence valid.
+            Some(n) => unsafe { set_double_prev::<L>(n, prev) },
+            None => {
+                debug_assert_eq!(self.ends.tail, Some(node), "remove: not in this list");
+                self.ends.tail = prev;
+            }
+        }
+        // SAFETY: `node` is linked here (contract), hence valid.
+        unsafe { set_double_next::<L>(node, None) };
+        // SAFETY: `node` is linked here (contract), hence valid.
+        unsafe { set_double_prev::<L>(node, None) };
         self.ends.len -= 1;
         // SAFETY: unlinked just above; the right to link it goes back to
         // the caller with the handle it was pushed with.
@@ -134,11 +139,12 @@ impl<L: DoubleLink> DList<L> {
             return;
         };
         match self.ends.tail {
-            // SAFETY: both nodes are linked (in `self` and `other`), so valid.
-            Some(tail) => unsafe {
-                set_double_next::<L>(tail, Some(other_head));
-                set_double_prev::<L>(other_head, Some(tail));
-            },
+            Some(tail) => {
+                // SAFETY: `tail` is linked in `self`, so valid.
+                unsafe { set_double_next::<L>(tail, Some(other_head)) };
+                // SAFETY: `other_head` is linked in `other`, so valid.
+                unsafe { set_double_prev::<L>(other_head, Some(tail)) };
+            }
             None => self.ends.head = Some(other_head),
         }
         self.ends.tail = other.ends.tail;

@@ -139,15 +139,16 @@ impl<L: SingleLink> Injector<L> {
             return Take::Empty;
         }
         let c = &*self.consumer;
-        // AcqRel: acquires the previous holder's release (and `taken` with
-        // it); a busy answer releases this thread's earlier reads (the
-        // pushes it saw) to the holder's release swap, which reads it.
+        // AcqRel: pairs with the previous holder's release swap of `false`
+        // below (acquiring `taken` with it); a busy answer releases this
+        // thread's earlier reads (the pushes it saw) to the holder's
+        // release swap, which reads it.
         if c.token.swap(true, Ordering::AcqRel) {
             return Take::Busy;
         }
-        // SAFETY: we hold the token: nobody else touches `taken` until we
-        // release it below.
         let (value, left) = c.taken.with_mut(|taken| {
+            // SAFETY: we hold the token: nobody else touches `taken` until we
+            // release it below.
             let taken = unsafe { &mut *taken };
             if taken.is_empty() {
                 *taken = self.incoming.take_all();
@@ -156,8 +157,9 @@ impl<L: SingleLink> Injector<L> {
             c.pending.store(!taken.is_empty(), Ordering::Relaxed);
             (value, !taken.is_empty())
         });
-        // AcqRel: releases `taken` to the next holder; acquires the busy
-        // callers' swaps (see the type's docs) before the look below.
+        // AcqRel: pairs with the next holder's swap of `true` above
+        // (releasing `taken` to it) and acquires the busy callers' swaps
+        // of `true` (see the type's docs) before the look below.
         c.token.swap(false, Ordering::AcqRel);
         match value {
             Some(value) => Take::Taken {
@@ -261,7 +263,7 @@ mod tests {
             }
         ));
         let mut seen = Vec::new();
-        // SAFETY (closure): alive.
+        // SAFETY: the taken node is one of `ns`, alive.
         while let Take::Taken { value, .. } = inj.take(|h, _| unsafe { h.into_raw().as_ref() }.id) {
             seen.push(value);
         }

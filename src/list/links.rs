@@ -174,17 +174,25 @@ impl<T> fmt::Debug for DoubleLinks<T> {
 #[inline]
 pub(crate) unsafe fn next<L: SingleLink>(node: NonNull<L::Node>) -> Option<NonNull<L::Node>> {
     #[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
-    crate::sync::counted::link_read();
-    // SAFETY: `links` points into the valid node; access is exclusive.
-    unsafe { L::links(node).as_ref().next.with(|p| *p) }
+    crate::sync::rmw_count::link_read();
+    // SAFETY: `node` is valid (caller), so `links` may be called on it.
+    let links = unsafe { L::links(node) };
+    // SAFETY: `links` points into the valid node.
+    let links = unsafe { links.as_ref() };
+    // SAFETY: access to the node's links is exclusive (caller).
+    links.next.with(|p| unsafe { *p })
 }
 
 /// # Safety
 /// As for [`next`].
 #[inline]
 pub(crate) unsafe fn set_next<L: SingleLink>(node: NonNull<L::Node>, to: Option<NonNull<L::Node>>) {
-    // SAFETY: `links` points into the valid node; access is exclusive.
-    unsafe { L::links(node).as_ref().next.with_mut(|p| *p = to) }
+    // SAFETY: `node` is valid (caller), so `links` may be called on it.
+    let links = unsafe { L::links(node) };
+    // SAFETY: `links` points into the valid node.
+    let links = unsafe { links.as_ref() };
+    // SAFETY: access to the node's links is exclusive (caller).
+    links.next.with_mut(|p| unsafe { *p = to })
 }
 
 /// # Safety
@@ -193,8 +201,12 @@ pub(crate) unsafe fn set_next<L: SingleLink>(node: NonNull<L::Node>, to: Option<
 pub(crate) unsafe fn double_next<L: DoubleLink>(
     node: NonNull<L::Node>,
 ) -> Option<NonNull<L::Node>> {
-    // SAFETY: as for `next`.
-    unsafe { L::links(node).as_ref().next.with(|p| *p) }
+    // SAFETY: `node` is valid (caller), so `links` may be called on it.
+    let links = unsafe { L::links(node) };
+    // SAFETY: `links` points into the valid node.
+    let links = unsafe { links.as_ref() };
+    // SAFETY: access to the node's links is exclusive (caller).
+    links.next.with(|p| unsafe { *p })
 }
 
 /// # Safety
@@ -203,8 +215,12 @@ pub(crate) unsafe fn double_next<L: DoubleLink>(
 pub(crate) unsafe fn double_prev<L: DoubleLink>(
     node: NonNull<L::Node>,
 ) -> Option<NonNull<L::Node>> {
-    // SAFETY: as for `next`.
-    unsafe { L::links(node).as_ref().prev.with(|p| *p) }
+    // SAFETY: `node` is valid (caller), so `links` may be called on it.
+    let links = unsafe { L::links(node) };
+    // SAFETY: `links` points into the valid node.
+    let links = unsafe { links.as_ref() };
+    // SAFETY: access to the node's links is exclusive (caller).
+    links.prev.with(|p| unsafe { *p })
 }
 
 /// # Safety
@@ -214,8 +230,12 @@ pub(crate) unsafe fn set_double_next<L: DoubleLink>(
     node: NonNull<L::Node>,
     to: Option<NonNull<L::Node>>,
 ) {
-    // SAFETY: as for `next`.
-    unsafe { L::links(node).as_ref().next.with_mut(|p| *p = to) }
+    // SAFETY: `node` is valid (caller), so `links` may be called on it.
+    let links = unsafe { L::links(node) };
+    // SAFETY: `links` points into the valid node.
+    let links = unsafe { links.as_ref() };
+    // SAFETY: access to the node's links is exclusive (caller).
+    links.next.with_mut(|p| unsafe { *p = to })
 }
 
 /// # Safety
@@ -225,8 +245,12 @@ pub(crate) unsafe fn set_double_prev<L: DoubleLink>(
     node: NonNull<L::Node>,
     to: Option<NonNull<L::Node>>,
 ) {
-    // SAFETY: as for `next`.
-    unsafe { L::links(node).as_ref().prev.with_mut(|p| *p = to) }
+    // SAFETY: `node` is valid (caller), so `links` may be called on it.
+    let links = unsafe { L::links(node) };
+    // SAFETY: `links` points into the valid node.
+    let links = unsafe { links.as_ref() };
+    // SAFETY: access to the node's links is exclusive (caller).
+    links.prev.with_mut(|p| unsafe { *p = to })
 }
 
 /// Declares a link: an uninhabited type naming one link field of a node

@@ -33,14 +33,12 @@ impl<L: SingleLink> SList<L> {
     /// Links `node` at the end.
     pub fn push_back(&mut self, node: Handle<L>) {
         let node = node.into_raw();
-        // SAFETY: the handle gave us the right to link `node`; `tail` is
-        // linked here, hence valid.
-        unsafe {
-            set_next::<L>(node, None);
-            match self.ends.tail {
-                Some(tail) => set_next::<L>(tail, Some(node)),
-                None => self.ends.head = Some(node),
-            }
+        // SAFETY: the handle gave us the right to link `node`.
+        unsafe { set_next::<L>(node, None) };
+        match self.ends.tail {
+            // SAFETY: `tail` is linked here, hence valid.
+            Some(tail) => unsafe { set_next::<L>(tail, Some(node)) },
+            None => self.ends.head = Some(node),
         }
         self.ends.tail = Some(node);
         self.ends.len += 1;
@@ -62,10 +60,9 @@ impl<L: SingleLink> SList<L> {
     pub fn pop_front(&mut self) -> Option<Handle<L>> {
         let node = self.ends.head?;
         // SAFETY: `node` is linked here, hence valid.
-        unsafe {
-            self.ends.head = next::<L>(node);
-            set_next::<L>(node, None);
-        }
+        self.ends.head = unsafe { next::<L>(node) };
+        // SAFETY: `node` is linked here, hence valid.
+        unsafe { set_next::<L>(node, None) };
         if self.ends.head.is_none() {
             self.ends.tail = None;
         }
@@ -123,12 +120,11 @@ impl<L: SingleLink> SList<L> {
         let Some(last) = last else {
             unreachable!("len counts the linked nodes");
         };
+        // SAFETY: `last` is linked here, hence valid.
+        self.ends.head = unsafe { next::<L>(last) };
         // SAFETY: `last` is linked here, hence valid; cutting after it
         // leaves two well-formed chains.
-        unsafe {
-            self.ends.head = next::<L>(last);
-            set_next::<L>(last, None);
-        }
+        unsafe { set_next::<L>(last, None) };
         self.ends.len -= n;
         // SAFETY: `head ..= last` is a chain of `n` nodes we own, ended by
         // `None`.
@@ -193,10 +189,9 @@ impl<L: SingleLink> SList<L> {
         let mut cur = self.ends.head;
         while let Some(node) = cur {
             // SAFETY: `node` is linked here, hence valid.
-            unsafe {
-                cur = next::<L>(node);
-                set_next::<L>(node, reversed);
-            }
+            cur = unsafe { next::<L>(node) };
+            // SAFETY: `node` is linked here, hence valid.
+            unsafe { set_next::<L>(node, reversed) };
             reversed = Some(node);
         }
         std::mem::swap(&mut self.ends.head, &mut self.ends.tail);

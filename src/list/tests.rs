@@ -128,8 +128,8 @@ fn check_slist(list: &SList<Single>, expected: &[u32]) {
     assert_eq!(list.front().map(val), expected.first().copied());
     assert_eq!(list.back().map(val), expected.last().copied());
     if let Some(tail) = list.back() {
-        // SAFETY: linked nodes are valid.
         assert!(
+            // SAFETY: linked nodes are valid.
             unsafe { links::next::<Single>(tail) }.is_none(),
             "tail has a next"
         );
@@ -147,12 +147,13 @@ fn dlist_push_back_front_and_pop() {
     check_dlist(&list, &[]);
     assert!(list.pop_front().is_none());
     // SAFETY: each node pushed once.
-    unsafe {
-        list.push_back(nodes.double(1));
-        list.push_back(nodes.double(2));
-        list.push_front(nodes.double(0));
-        list.push_back(nodes.double(3));
-    }
+    list.push_back(unsafe { nodes.double(1) });
+    // SAFETY: each node pushed once.
+    list.push_back(unsafe { nodes.double(2) });
+    // SAFETY: each node pushed once.
+    list.push_front(unsafe { nodes.double(0) });
+    // SAFETY: each node pushed once.
+    list.push_back(unsafe { nodes.double(3) });
     check_dlist(&list, &[0, 1, 2, 3]);
     assert_eq!(list.pop_front().map(hval), Some(0));
     assert_eq!(list.pop_back().map(hval), Some(3));
@@ -176,11 +177,10 @@ fn dlist_erase_head_middle_tail_and_only() {
     // SAFETY: as above.
     let _ = unsafe { list.remove(nodes.get(4)) };
     check_dlist(&list, &[1, 3]);
-    // SAFETY: as above.
-    unsafe {
-        let _ = list.remove(nodes.get(1));
-        let _ = list.remove(nodes.get(3));
-    }
+    // SAFETY: node 1 is linked in `list`.
+    let _ = unsafe { list.remove(nodes.get(1)) };
+    // SAFETY: node 3 is linked in `list`.
+    let _ = unsafe { list.remove(nodes.get(3)) };
     check_dlist(&list, &[]);
     // A removed node's handle links it again.
     list.push_back(two);
@@ -216,11 +216,11 @@ fn slist_push_pop() {
     let nodes = Nodes::new(3);
     let mut list = SList::new();
     // SAFETY: each node pushed once.
-    unsafe {
-        list.push_back(nodes.single(1));
-        list.push_front(nodes.single(0));
-        list.push_back(nodes.single(2));
-    }
+    list.push_back(unsafe { nodes.single(1) });
+    // SAFETY: each node pushed once.
+    list.push_front(unsafe { nodes.single(0) });
+    // SAFETY: each node pushed once.
+    list.push_back(unsafe { nodes.single(2) });
     check_slist(&list, &[0, 1, 2]);
     assert_eq!(list.pop_front().map(hval), Some(0));
     check_slist(&list, &[1, 2]);
@@ -308,24 +308,23 @@ fn transfer_stack_returns_fifo() {
     let stack = TransferStack::new();
     assert!(stack.is_empty());
     check_slist(&stack.take_all(), &[]);
+    assert!(
+        // SAFETY: each node pushed once.
+        stack.push(unsafe { nodes.single(0) }),
+        "first push sees an empty stack"
+    );
     // SAFETY: each node pushed once.
-    unsafe {
-        assert!(
-            stack.push(nodes.single(0)),
-            "first push sees an empty stack"
-        );
-        assert!(!stack.push(nodes.single(1)));
-        assert!(!stack.push(nodes.single(2)));
-    }
+    assert!(!stack.push(unsafe { nodes.single(1) }));
+    // SAFETY: each node pushed once.
+    assert!(!stack.push(unsafe { nodes.single(2) }));
     assert!(!stack.is_empty());
     let taken = stack.take_all();
     check_slist(&taken, &[0, 1, 2]);
     assert!(stack.is_empty());
-    // SAFETY: nodes 3 and 4 are unlinked.
-    unsafe {
-        assert!(stack.push(nodes.single(3)));
-        stack.push(nodes.single(4));
-    }
+    // SAFETY: node 3 is unlinked.
+    assert!(stack.push(unsafe { nodes.single(3) }));
+    // SAFETY: node 4 is unlinked.
+    stack.push(unsafe { nodes.single(4) });
     check_slist(&stack.take_all(), &[3, 4]);
 }
 
@@ -406,12 +405,18 @@ fn transfer_stack_threads_each_node_taken_once_in_push_order() {
 fn dlist_insert_after_front_middle_back() {
     let nodes = Nodes::new(5);
     let mut list = dlist(&nodes, [1, 3]);
-    // SAFETY: nodes 0, 2, 4 are unlinked; 1 and 3 are linked in `list`.
-    unsafe {
-        list.insert_after(None, nodes.double(0));
-        list.insert_after(Some(nodes.get(1)), nodes.double(2));
-        list.insert_after(Some(nodes.get(3)), nodes.double(4));
-    }
+    // SAFETY: node 0 is unlinked.
+    let h0 = unsafe { nodes.double(0) };
+    // SAFETY: `None` is always a valid position.
+    unsafe { list.insert_after(None, h0) };
+    // SAFETY: node 2 is unlinked.
+    let h2 = unsafe { nodes.double(2) };
+    // SAFETY: node 1 is linked in `list`.
+    unsafe { list.insert_after(Some(nodes.get(1)), h2) };
+    // SAFETY: node 4 is unlinked.
+    let h4 = unsafe { nodes.double(4) };
+    // SAFETY: node 3 is linked in `list`.
+    unsafe { list.insert_after(Some(nodes.get(3)), h4) };
     check_dlist(&list, &[0, 1, 2, 3, 4]);
     // SAFETY: node 2 is linked.
     assert_eq!(unsafe { list.prev(nodes.get(2)) }.map(val), Some(1));

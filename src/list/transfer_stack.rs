@@ -94,13 +94,16 @@ impl<L: SingleLink> TransferStack<L> {
     /// Returns `true` if the stack was empty before.
     pub fn push_list_unordered(&self, mut list: SList<L>) -> bool {
         match list.take_ends() {
-            // SAFETY: the list owned the chain `head ..= tail`, linked through
-            // `next`, under the module contract, which now moves to the stack.
             Ends {
                 head: Some(head),
                 tail: Some(tail),
                 ..
-            } => unsafe { self.push_chain(head, tail) },
+            } => {
+                // SAFETY: the list owned the chain `head ..= tail`, linked
+                // through `next`, under the module contract, which now moves
+                // to the stack.
+                unsafe { self.push_chain(head, tail) }
+            }
             _ => false,
         }
     }
@@ -115,8 +118,8 @@ impl<L: SingleLink> TransferStack<L> {
         loop {
             // SAFETY: we still own `last` until the CAS below succeeds.
             unsafe { set_next::<L>(last, NonNull::new(head)) };
-            // Release: publishes the links and the node's contents to the
-            // taker's Acquire swap.
+            // Release: pairs with the Acquire swap in `take_all`, publishing
+            // the links and the nodes' contents to the taker.
             match self.head.compare_exchange_weak(
                 head,
                 first.as_ptr(),
@@ -151,10 +154,10 @@ impl<L: SingleLink> TransferStack<L> {
         while let Some(node) = cur {
             // SAFETY: the swap gave us the whole chain; every node in it is
             // valid (producers' contract) and now exclusively ours.
-            unsafe {
-                cur = next::<L>(node);
-                set_next::<L>(node, reversed);
-            }
+            cur = unsafe { next::<L>(node) };
+            // SAFETY: as for the read just above: `node` is valid and
+            // exclusively ours.
+            unsafe { set_next::<L>(node, reversed) };
             reversed = Some(node);
             len += 1;
         }

@@ -221,6 +221,8 @@ impl BlockPool {
 
     /// Blocks the pool holds now, free or in use.
     pub fn capacity(&self) -> usize {
+        // Acquire: pairs with the install CAS in `install_chunk`
+        // (free_list.rs); only nullness is used, so nothing relies on it.
         (0..MAX_CHUNKS)
             .filter(|&k| !self.chunks[k].load(Ordering::Acquire).is_null())
             .map(|k| self.chunk_len(k) as usize)
@@ -292,9 +294,11 @@ impl BlockPool {
         // SAFETY: forwarded contract.
         let (blocks, offset) = unsafe { self.chunk_of(index) };
         // SAFETY: the chunk's `len` links sit just below its first block,
-        // initialized at install and alive until the chunk is freed (which
-        // needs `&mut self`); `offset < len`.
-        unsafe { &*blocks.cast::<AtomicU32>().sub(offset + 1) }
+        // inside its allocation; `offset < len`.
+        let link = unsafe { blocks.cast::<AtomicU32>().sub(offset + 1) };
+        // SAFETY: the link was initialized at install and is alive until
+        // the chunk is freed (which needs `&mut self`).
+        unsafe { &*link }
     }
 
     /// Block `index`'s address and its free-list link, from one chunk
@@ -306,15 +310,18 @@ impl BlockPool {
     pub(in crate::pool) unsafe fn block_and_link(&self, index: u32) -> (NonNull<u8>, &AtomicU32) {
         // SAFETY: forwarded contract.
         let (blocks, offset) = unsafe { self.chunk_of(index) };
-        // SAFETY: as in `block_ptr` and `next_of`: the block lies inside the
-        // chunk's allocation (`offset` < its length), its link just below
-        // the chunk's first block, initialized at install.
-        unsafe {
-            (
-                NonNull::new_unchecked(blocks.add(offset * self.block_size)),
-                &*blocks.cast::<AtomicU32>().sub(offset + 1),
-            )
-        }
+        // SAFETY: as in `block_ptr`: the block lies inside the chunk's
+        // allocation (`offset` < its length).
+        let block = unsafe { blocks.add(offset * self.block_size) };
+        // SAFETY: as in `block_ptr`: the chunk pointer is non-null and the
+        // block lies inside its allocation.
+        let block = unsafe { NonNull::new_unchecked(block) };
+        // SAFETY: as in `next_of`: the block's link lies just below the
+        // chunk's first block, inside its allocation (`offset` < its length).
+        let link = unsafe { blocks.cast::<AtomicU32>().sub(offset + 1) };
+        // SAFETY: the link was initialized at install and is alive until
+        // the chunk is freed (which needs `&mut self`).
+        (block, unsafe { &*link })
     }
 
     /// # Safety
@@ -324,8 +331,11 @@ impl BlockPool {
         // SAFETY: forwarded contract.
         let (blocks, offset) = unsafe { self.chunk_of(index) };
         // SAFETY: offset < chunk length, so the block lies inside the chunk's
-        // allocation; the chunk pointer is non-null.
-        unsafe { NonNull::new_unchecked(blocks.add(offset * self.block_size)) }
+        // allocation.
+        let block = unsafe { blocks.add(offset * self.block_size) };
+        // SAFETY: the chunk pointer is non-null and the block lies inside
+        // its allocation.
+        unsafe { NonNull::new_unchecked(block) }
     }
 
     // ---------------------------------------------------------------------
@@ -448,9 +458,11 @@ impl BlockPool {
         // SAFETY: initialized by `acquire_value` and dropped once
         // (contract).
         unsafe { ptr::drop_in_place(value.as_ptr()) };
-        // SAFETY: `value` is the start of block `index` of this pool,
-        // released once.
-        unsafe { self.release_raw(RawBlock::from_parts(value.cast(), index)) };
+        // SAFETY: `value` is the start of block `index` of this pool
+        // (contract).
+        let block = unsafe { RawBlock::from_parts(value.cast(), index) };
+        // SAFETY: the block is this pool's, released once (contract).
+        unsafe { self.release_raw(block) };
     }
 
     /// Returns many raw blocks with a single CAS on the free list (an arena's
@@ -595,12 +607,18 @@ impl BlockPool {
             unreachable!("chunk {k} was allocated with this layout");
         };
         for i in 0..self.chunk_len(k) as usize {
+            // SAFETY: the chunk's links sit just below `blocks`, inside its
+            // allocation, as written in `install_chunk`; `i` < the chunk's
+            // length.
+            let link = unsafe { blocks.cast::<AtomicU32>().sub(i + 1) };
             // SAFETY: the links were written in `install_chunk`, dropped once.
-            unsafe { ptr::drop_in_place(blocks.cast::<AtomicU32>().sub(i + 1)) };
+            unsafe { ptr::drop_in_place(link) };
         }
-        // SAFETY: the allocation starts `links` bytes below the first block
-        // and was made with exactly `layout`.
-        unsafe { std::alloc::dealloc(blocks.sub(links), layout) };
+        // SAFETY: the allocation starts `links` bytes below the first block.
+        let memory = unsafe { blocks.sub(links) };
+        // SAFETY: `memory` is the start of the allocation, made with exactly
+        // `layout`.
+        unsafe { std::alloc::dealloc(memory, layout) };
     }
 }
 

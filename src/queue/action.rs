@@ -146,7 +146,9 @@ impl<P> Link for SubmitLink<P> {
 unsafe impl<P> SingleLink for SubmitLink<P> {
     unsafe fn links(node: NonNull<QueueAction<P>>) -> NonNull<SingleLinks<QueueAction<P>>> {
         // SAFETY: a field projection of a node pointer.
-        unsafe { NonNull::new_unchecked(addr_of_mut!((*node.as_ptr()).next)) }
+        let links = unsafe { addr_of_mut!((*node.as_ptr()).next) };
+        // SAFETY: a field of a non-null node pointer is non-null.
+        unsafe { NonNull::new_unchecked(links) }
     }
 }
 
@@ -166,7 +168,9 @@ impl<P> Link for WaitingLink<P> {
 unsafe impl<P> DoubleLink for WaitingLink<P> {
     unsafe fn links(node: NonNull<QueueAction<P>>) -> NonNull<DoubleLinks<QueueAction<P>>> {
         // SAFETY: a field projection of a node pointer.
-        unsafe { NonNull::new_unchecked(addr_of_mut!((*node.as_ptr()).waiting_links)) }
+        let links = unsafe { addr_of_mut!((*node.as_ptr()).waiting_links) };
+        // SAFETY: a field of a non-null node pointer is non-null.
+        unsafe { NonNull::new_unchecked(links) }
     }
 }
 
@@ -197,30 +201,76 @@ impl<P> QueueAction<P> {
         let block = pool.acquire()?;
         let action = block.as_ptr().cast::<QueueAction<P>>();
         let a = action.as_ptr();
-        // SAFETY: the block is ours and sized/aligned for an action (the
-        // pool was made for `QueueAction<P>`); fields are written in place.
+        // The block is ours and sized/aligned for an action (the pool was
+        // made for `QueueAction<P>`); fields are written in place, each
+        // through a projection of `a` and a write to it.
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).next) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(SingleLinks::new()) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).waiting_links) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(DoubleLinks::new()) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).timepoint) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(Timepoint::new(0, wake, a.cast_const().cast())) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).owner) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(owner) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).block) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(block.index()) };
+        // An upper bound while the waits are written (see `Built`).
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).wait_count) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(waits.len() as u32) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).signal_count) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(signals.len() as u32) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).cursor) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(0) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).armed) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(false) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).device_wait_count) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(0) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).aliases) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(0) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).lent) };
+        // SAFETY: the field is in our block, aligned for an action.
         unsafe {
-            addr_of_mut!((*a).next).write(SingleLinks::new());
-            addr_of_mut!((*a).waiting_links).write(DoubleLinks::new());
-            addr_of_mut!((*a).timepoint).write(Timepoint::new(0, wake, a.cast_const().cast()));
-            addr_of_mut!((*a).owner).write(owner);
-            addr_of_mut!((*a).block).write(block.index());
-            // An upper bound while the waits are written (see `Built`).
-            addr_of_mut!((*a).wait_count).write(waits.len() as u32);
-            addr_of_mut!((*a).signal_count).write(signals.len() as u32);
-            addr_of_mut!((*a).cursor).write(0);
-            addr_of_mut!((*a).armed).write(false);
-            addr_of_mut!((*a).device_wait_count).write(0);
-            addr_of_mut!((*a).aliases).write(0);
-            addr_of_mut!((*a).lent).write(LendingCell::new(if lent {
+            field.write(LendingCell::new(if lent {
                 Lending::Lent
             } else {
                 Lending::Owned
-            }));
-            addr_of_mut!((*a).device_waits).write(Default::default());
-            addr_of_mut!((*a).overflow).write(None);
-            addr_of_mut!((*a).payload).write(MaybeUninit::new(payload));
-        }
+            }))
+        };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).device_waits) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(Default::default()) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).overflow) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(None) };
+        // SAFETY: a projection of `a`, in bounds of our action-sized block.
+        let field = unsafe { addr_of_mut!((*a).payload) };
+        // SAFETY: the field is in our block, aligned for an action.
+        unsafe { field.write(MaybeUninit::new(payload)) };
         let mut built = Built {
             action,
             pool,
@@ -247,14 +297,12 @@ impl<P> QueueAction<P> {
             // reference: the inline waits (`ALIASED == INLINE`), usually
             // one to compare. The slice is made again for each signal,
             // from the action's pointer, after the last write.
+            // SAFETY: a field projection of the action we own.
+            let entries = unsafe { addr_of!((*a).entries) };
             // SAFETY: the first `stored` entries (inline up to `INLINE`)
             // were written above and are not written again.
-            let waits = unsafe {
-                std::slice::from_raw_parts(
-                    addr_of!((*a).entries).cast::<Entry>(),
-                    stored.min(ALIASED),
-                )
-            };
+            let waits =
+                unsafe { std::slice::from_raw_parts(entries.cast::<Entry>(), stored.min(ALIASED)) };
             let alias = built.written < ALIASED && waits.iter().any(|(w, _)| w.same(sem));
             built.write(sem, *value, alias)?;
         }
@@ -283,9 +331,12 @@ impl<P> QueueAction<P> {
     /// Entry `i` of waits (`i < wait_count`) then signals.
     fn entry(&self, i: usize) -> &Entry {
         debug_assert!(i < self.total());
-        // SAFETY: every entry below `total` was written at creation; the
-        // action owns its overflow chain, whose blocks outlive `&self`.
-        unsafe { &*Self::entry_ptr(NonNull::from(self), i) }
+        // SAFETY: the action is alive (`&self`) and every entry below
+        // `total` was written at creation.
+        let entry = unsafe { Self::entry_ptr(NonNull::from(self), i) };
+        // SAFETY: the entry was written at creation; the action owns its
+        // overflow chain, whose blocks outlive `&self`.
+        unsafe { &*entry }
     }
 
     /// Entry `i`'s slot, mutably (for dropping it).
@@ -324,19 +375,28 @@ impl<P> QueueAction<P> {
         // written at creation and never changed; other threads (a backend
         // reading the signals) only read them too.
         let a = action.as_ptr();
-        // SAFETY: field reads of a live action (see above).
-        let (total, aliases) = unsafe {
-            (
-                addr_of!((*a).wait_count).read() + addr_of!((*a).signal_count).read(),
-                addr_of!((*a).aliases).read(),
-            )
-        };
+        // SAFETY: a field projection of a live action (see above).
+        let wait_count = unsafe { addr_of!((*a).wait_count) };
+        // SAFETY: a field read of a live action (see above).
+        let wait_count = unsafe { wait_count.read() };
+        // SAFETY: a field projection of a live action (see above).
+        let signal_count = unsafe { addr_of!((*a).signal_count) };
+        // SAFETY: a field read of a live action (see above).
+        let total = wait_count + unsafe { signal_count.read() };
+        // SAFETY: a field projection of a live action (see above).
+        let aliases = unsafe { addr_of!((*a).aliases) };
+        // SAFETY: a field read of a live action (see above).
+        let aliases = unsafe { aliases.read() };
         for i in 0..total as usize {
             if is_alias(aliases, i) {
                 continue; // shares an earlier entry's reference
             }
-            // SAFETY: entry `i < total` was written at creation.
-            let (sem, _) = unsafe { &*Self::entry_ptr(action, i) };
+            // SAFETY: the action is alive and entry `i < total` was written
+            // at creation.
+            let entry = unsafe { Self::entry_ptr(action, i) };
+            // SAFETY: entry `i` was written at creation and is only read
+            // now (see above).
+            let (sem, _) = unsafe { &*entry };
             std::mem::forget(sem.clone());
         }
     }
@@ -373,8 +433,10 @@ impl<P> QueueAction<P> {
     /// # Safety
     /// The action is alive while the reference is.
     pub(crate) unsafe fn lent_state<'a>(action: NonNull<QueueAction<P>>) -> &'a LendingCell {
+        // SAFETY: a field projection of a live action, per contract.
+        let lent = unsafe { addr_of!((*action.as_ptr()).lent) };
         // SAFETY: a field of a live action, per contract.
-        unsafe { &*addr_of!((*action.as_ptr()).lent) }
+        unsafe { &*lent }
     }
 
     /// Entry `i`, reached through raw field projections (see
@@ -385,24 +447,33 @@ impl<P> QueueAction<P> {
     unsafe fn entry_ptr(action: NonNull<QueueAction<P>>, i: usize) -> *const Entry {
         let a = action.as_ptr();
         if i < INLINE {
+            // SAFETY: a field projection of the live action (contract).
+            let entries = unsafe { addr_of!((*a).entries) };
             // SAFETY: in bounds of the inline array.
-            return unsafe { addr_of!((*a).entries).cast::<Entry>().add(i) };
+            return unsafe { entries.cast::<Entry>().add(i) };
         }
         let p = i - INLINE;
+        // SAFETY: a field projection of the live action (contract).
+        let overflow = unsafe { addr_of!((*a).overflow) };
         // SAFETY: the overflow chain holds every entry written past the
         // inline ones; its blocks are the action's and not written now.
-        unsafe {
-            let mut block = addr_of!((*a).overflow).read();
-            for _ in 0..p / OVERFLOW {
-                block = block.and_then(|b| addr_of!((*b.as_ptr()).next).read());
-            }
-            let Some(b) = block else {
-                unreachable!("overflow entry {p} was written at creation");
-            };
-            addr_of!((*b.as_ptr()).entries)
-                .cast::<Entry>()
-                .add(p % OVERFLOW)
+        let mut block = unsafe { overflow.read() };
+        for _ in 0..p / OVERFLOW {
+            block = block.and_then(|b| {
+                // SAFETY: `b` is a block of the overflow chain, the action's.
+                let next = unsafe { addr_of!((*b.as_ptr()).next) };
+                // SAFETY: the chain's blocks are the action's and not
+                // written now.
+                unsafe { next.read() }
+            });
         }
+        let Some(b) = block else {
+            unreachable!("overflow entry {p} was written at creation");
+        };
+        // SAFETY: `b` is a block of the overflow chain, the action's.
+        let entries = unsafe { addr_of!((*b.as_ptr()).entries) };
+        // SAFETY: `p % OVERFLOW` is in bounds of the block's entries.
+        unsafe { entries.cast::<Entry>().add(p % OVERFLOW) }
     }
 
     /// Drops the entries, events and payload and returns every block.
@@ -448,15 +519,23 @@ impl<P> QueueAction<P> {
         let _ = FirstPanic::default().run(|| unsafe { a.payload.assume_init_drop() });
         let mut next = a.overflow.take();
         while let Some(b) = next {
+            // SAFETY: overflow blocks are the action's, owned per contract
+            // until released below.
+            next = unsafe { b.as_ref() }.next;
+            // SAFETY: as just above: `b` is not released yet.
+            let index = unsafe { b.as_ref() }.block;
+            // SAFETY: `b` is the start of block `index` of `pool` (overflow
+            // blocks came from `pool`).
+            let raw = unsafe { RawBlock::from_parts(b.cast(), index) };
             // SAFETY: overflow blocks came from `pool`, released once.
-            unsafe {
-                next = b.as_ref().next;
-                pool.release(RawBlock::from_parts(b.cast(), b.as_ref().block));
-            }
+            unsafe { pool.release(raw) };
         }
         let block = a.block;
         // SAFETY: the action is the start of block `block` of `pool`.
-        unsafe { pool.release(RawBlock::from_parts(action.cast(), block)) };
+        let raw = unsafe { RawBlock::from_parts(action.cast(), block) };
+        // SAFETY: the caller owns the action and nothing touches it again,
+        // so its block is released once.
+        unsafe { pool.release(raw) };
     }
 }
 
@@ -543,11 +622,14 @@ impl<P, C: BlockSource> Built<'_, P, C> {
             let block = self.pool.acquire()?;
             let b = block.as_ptr().cast::<Overflow>();
             // SAFETY: a fresh block, large enough for an `Overflow` (the
-            // pool's blocks are at least 512 bytes).
-            unsafe {
-                addr_of_mut!((*b.as_ptr()).next).write(None);
-                addr_of_mut!((*b.as_ptr()).block).write(block.index());
-            }
+            // pool's blocks are at least 512 bytes): the field is in bounds.
+            let next = unsafe { addr_of_mut!((*b.as_ptr()).next) };
+            // SAFETY: a fresh block of ours, aligned for an `Overflow`.
+            unsafe { next.write(None) };
+            // SAFETY: as for `next`: the field is in bounds of the block.
+            let index = unsafe { addr_of_mut!((*b.as_ptr()).block) };
+            // SAFETY: a fresh block of ours, aligned for an `Overflow`.
+            unsafe { index.write(block.index()) };
             *link = Some(b);
         }
         let Some(b) = *link else {
@@ -618,13 +700,12 @@ mod tests {
             }
             assert_eq!(s.handles(), 2, "one reference for the wait and signal");
             assert_eq!(other.handles(), 2);
+            // SAFETY: ours, alive until destroyed below.
+            let a_ref = unsafe { a.as_ref() };
+            assert!(a_ref.wait(0).0.same(&s) && a_ref.signal(1).0.same(&s));
+            assert_eq!((a_ref.wait(0).1, a_ref.signal(1).1), (1, 2));
             // SAFETY: ours, and the entries hold references (kept or owned).
-            unsafe {
-                let a_ref = a.as_ref();
-                assert!(a_ref.wait(0).0.same(&s) && a_ref.signal(1).0.same(&s));
-                assert_eq!((a_ref.wait(0).1, a_ref.signal(1).1), (1, 2));
-                QueueAction::destroy(a, &mut &pool, true);
-            }
+            unsafe { QueueAction::destroy(a, &mut &pool, true) };
             assert_eq!(
                 (s.handles(), other.handles()),
                 (1, 1),
@@ -653,11 +734,10 @@ mod tests {
         }
         .unwrap();
         assert_eq!(s.handles(), 2);
+        // SAFETY: ours, alive until destroyed below.
+        assert_eq!(unsafe { a.as_ref() }.wait_count, 0);
         // SAFETY: ours, owned.
-        unsafe {
-            assert_eq!(a.as_ref().wait_count, 0);
-            QueueAction::destroy(a, &mut &pool, true);
-        }
+        unsafe { QueueAction::destroy(a, &mut &pool, true) };
         assert_eq!(s.handles(), 1);
     }
 }

@@ -193,14 +193,18 @@ impl<B: Backend> fmt::Debug for Completion<B> {
 impl<B: Backend> Completion<B> {
     /// The action's payload.
     pub fn payload(&self) -> &B::Payload {
-        // SAFETY: the token owns the live action; the payload was written.
-        unsafe { (*self.action.as_ptr()).payload.assume_init_ref() }
+        // SAFETY: the token owns the live action.
+        let payload = unsafe { &(*self.action.as_ptr()).payload };
+        // SAFETY: the payload was written.
+        unsafe { payload.assume_init_ref() }
     }
 
     /// The action's payload, mutably.
     pub fn payload_mut(&mut self) -> &mut B::Payload {
-        // SAFETY: as above, exclusively.
-        unsafe { (*self.action.as_ptr()).payload.assume_init_mut() }
+        // SAFETY: the token owns the live action, exclusively.
+        let payload = unsafe { &mut (*self.action.as_ptr()).payload };
+        // SAFETY: the payload was written.
+        unsafe { payload.assume_init_mut() }
     }
 
     /// Device events the payload must wait on before it starts.
@@ -241,14 +245,13 @@ impl<B: Backend> Completion<B> {
         // SAFETY: per contract, a live issued action; its owner is the
         // queue's shared state, which outlives it.
         let owner = unsafe { (*action).owner };
-        // SAFETY: both non-null (made from live objects); the action is
-        // issued and its owner is its queue's state (forwarded contract).
-        unsafe {
-            Completion::new(
-                NonNull::new_unchecked(action),
-                NonNull::new_unchecked(owner.cast_mut().cast::<QueueState<B>>()),
-            )
-        }
+        // SAFETY: non-null (made from a live object).
+        let action = unsafe { NonNull::new_unchecked(action) };
+        // SAFETY: non-null (made from a live object).
+        let shared = unsafe { NonNull::new_unchecked(owner.cast_mut().cast::<QueueState<B>>()) };
+        // SAFETY: the action is issued and its owner is its queue's state
+        // (forwarded contract).
+        unsafe { Completion::new(action, shared) }
     }
 
     /// The token of `action`, issued by the queue whose state is `shared`.

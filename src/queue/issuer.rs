@@ -134,7 +134,9 @@ impl Clone for Issuer {
 
 impl Drop for Issuer {
     fn drop(&mut self) {
-        // AcqRel, then the flag: the thread's arm reads the flag's swap
+        // AcqRel: pairs with the Acquire loads of `handles` in `run_thread`
+        // (this handle's offers come before) and with the other drops'
+        // decrements. Then the flag: the thread's arm reads the flag's swap
         // (and sees the count) or this wakes it (see `offer`). The state
         // stays alive through our `Arc` until after the wake.
         if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -167,7 +169,8 @@ impl Issuer {
     pub unsafe fn offer(&self, slot: usize, turn: NonNull<()>) {
         let cell = &self.shared.slots[slot];
         debug_assert!(cell.load(Ordering::Relaxed).is_null(), "one turn a queue");
-        // Release: the old holder's passes happen before the thread's.
+        // Release: pairs with the Acquire swap in `run_offered`: the old
+        // holder's passes happen before the thread's.
         cell.store(turn.as_ptr(), Ordering::Release);
         wake(&self.shared);
     }
@@ -175,10 +178,13 @@ impl Issuer {
 
 /// Takes the thread's `sleeping` flag; unparks it if it was set.
 fn wake(shared: &Shared) {
+    // AcqRel: pairs with the arm's swap in `run_thread`, both ways: it
+    // acquires the thread's handle and releases the slot store (or count)
+    // made before it to the thread's look after the arm.
     if shared.sleeping.swap(false, Ordering::AcqRel) {
-        // SAFETY: the swap read the thread's `true`, set (AcqRel) after it
-        // wrote its handle, which is never written again.
         shared.thread.with(|t| {
+            // SAFETY: the swap read the thread's `true`, set (AcqRel) after
+            // it wrote its handle, which is never written again.
             if let Some(t) = unsafe { &*t } {
                 t.unpark();
             }
@@ -222,7 +228,7 @@ fn run_thread(shared: Arc<Shared>) {
             continue;
         }
         // Every offer comes from a handle, before its drop: once the count
-        // reads 0 (Acquire, pairing with the drops' AcqRel), one more look
+        // reads 0 (Acquire: pairs with the drops' AcqRel), one more look
         // finds every turn offered.
         if shared.handles.load(Ordering::Acquire) == 0 {
             if run_offered(&shared) {
@@ -230,9 +236,12 @@ fn run_thread(shared: Arc<Shared>) {
             }
             return;
         }
+        // AcqRel: pairs with the swap in `wake`, both ways (see there).
         let _ = shared.sleeping.swap(true, Ordering::AcqRel);
         // Looked at after the arm: an offer (or a last handle's drop)
-        // before it is seen here, one after it finds the flag set.
+        // before it is seen here, one after it finds the flag set. The
+        // Acquire loads pair with `offer`'s Release store and the drops'
+        // AcqRel decrement (the slot's turn is acquired again by its swap).
         let offered = shared
             .slots
             .iter()
@@ -240,6 +249,8 @@ fn run_thread(shared: Arc<Shared>) {
         if !offered && shared.handles.load(Ordering::Acquire) > 0 {
             thread::park();
         }
+        // AcqRel: pairs with the swaps in `wake` like the arm, but nothing
+        // relies on it: the next round's looks and arm synchronize again.
         let _ = shared.sleeping.swap(false, Ordering::AcqRel);
     }
 }

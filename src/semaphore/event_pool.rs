@@ -16,6 +16,7 @@ use std::ptr::NonNull;
 use crate::error::{Error, ErrorKind};
 use crate::pool::{BlockPool, BlockPoolConfig, RawBlock};
 use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::counted::{Counted, Counts};
 use crate::sync::{Arc, UnsafeCell};
 
 /// Creates one device event (the backend's, e.g. `cuEventCreate`).
@@ -191,7 +192,9 @@ impl<E: Send + Sync + 'static> EventPool<E> {
             .with_mut(|p| unsafe { *p = Some(self.shared.clone()) });
         s.header.refs.store(1, Ordering::Relaxed);
         Ok(EventHandle {
-            slot,
+            // SAFETY: counted 1 (this handle) above; the slot goes back to
+            // the pool only in its `last_drop`.
+            slot: unsafe { Counted::from_raw(slot.cast::<SlotHeader>()) },
             _marker: PhantomData,
         })
     }
@@ -199,18 +202,14 @@ impl<E: Send + Sync + 'static> EventPool<E> {
     /// The event behind `event` if it is one of this pool's, else `None`
     /// (an event of another pool or backend).
     pub fn event_of<'a>(&self, event: &'a AnyEvent) -> Option<&'a E> {
-        // SAFETY: `event` holds a reference, so its slot is valid.
-        let header = unsafe { event.header.as_ref() };
-        if header.owner != Arc::as_ptr(&self.shared).cast::<()>() {
+        if event.header.owner != Arc::as_ptr(&self.shared).cast::<()>() {
             return None;
         }
-        let slot = event.header.cast::<Slot<E>>();
+        let slot = Counted::as_ptr(&event.header).cast::<Slot<E>>();
         // SAFETY: the slot belongs to this pool, so it is a `Slot<E>`; it
         // is out (a reference is held), so its event is `Some` and not
         // written until released.
-        unsafe { slot.as_ref() }
-            .event
-            .with(|e| unsafe { (*e).as_ref() })
+        unsafe { &*slot }.event.with(|e| unsafe { (*e).as_ref() })
     }
 
     /// Events created so far (each is created once and reused).
@@ -237,11 +236,10 @@ unsafe fn release_slot<E>(header: NonNull<SlotHeader>) {
     let Some(pool) = pool else {
         unreachable!("an acquired slot holds its pool");
     };
-    // SAFETY: the slot is block `index` of `pool.blocks`, released once.
-    unsafe {
-        pool.blocks
-            .release_raw(RawBlock::from_parts(slot.cast(), s.index))
-    };
+    // SAFETY: the slot is block `index` of `pool.blocks`.
+    let block = unsafe { RawBlock::from_parts(slot.cast(), s.index) };
+    // SAFETY: the slot is a block of `pool.blocks`, released once.
+    unsafe { pool.blocks.release_raw(block) };
     // Dropping `pool` may drop the whole pool (and destroy the events),
     // after our slot is back.
     drop(pool);
@@ -267,8 +265,23 @@ impl<E> Drop for PoolState<E> {
 /// A counted reference to one pooled event. Cloning adds a reference;
 /// the last drop returns the event to its pool.
 pub struct EventHandle<E> {
-    slot: NonNull<Slot<E>>,
+    /// The start of a `Slot<E>`.
+    slot: Counted<SlotHeader>,
     _marker: PhantomData<E>,
+}
+
+// SAFETY: `refs` is the handles' count alone (set to 1 when the pool hands
+// the slot out, while no handle exists).
+unsafe impl Counts for SlotHeader {
+    fn count(&self) -> &AtomicUsize {
+        &self.refs
+    }
+
+    unsafe fn last_drop(this: NonNull<SlotHeader>) {
+        // SAFETY: the last handle: the slot is ours; `release` is its
+        // pool's, for its event type.
+        unsafe { ((*this.as_ptr()).release)(this) }
+    }
 }
 
 // SAFETY: the handle gives `&E` and may be dropped on any thread.
@@ -281,9 +294,9 @@ impl<E> EventHandle<E> {
     pub fn event(&self) -> &E {
         // SAFETY: the slot is out (we hold a reference), its event is
         // `Some` and not written until the slot is back and reacquired.
-        let event = unsafe { self.slot.as_ref() }
-            .event
-            .with(|e| unsafe { (*e).as_ref() });
+        let slot = Counted::as_ptr(&self.slot).cast::<Slot<E>>();
+        // SAFETY: a slot's header starts its `Slot<E>` (`repr(C)`).
+        let event = unsafe { &*slot }.event.with(|e| unsafe { (*e).as_ref() });
         match event {
             Some(e) => e,
             None => unreachable!("an acquired slot holds an event"),
@@ -294,48 +307,16 @@ impl<E> EventHandle<E> {
 impl<E: Send + Sync> EventHandle<E> {
     /// Forgets the type, for holders of events of any backend.
     pub fn erase(self) -> AnyEvent {
-        let header = self.slot.cast::<SlotHeader>();
-        std::mem::forget(self);
-        AnyEvent { header }
+        AnyEvent { header: self.slot }
     }
 }
 
 impl<E> Clone for EventHandle<E> {
     fn clone(&self) -> Self {
-        // Relaxed: a new reference from an existing one needs no ordering
-        // (as `Arc::clone`).
-        // SAFETY: we hold a reference, so the slot is valid.
-        unsafe { self.slot.as_ref() }
-            .header
-            .refs
-            .fetch_add(1, Ordering::Relaxed);
         EventHandle {
-            slot: self.slot,
+            slot: self.slot.clone(),
             _marker: PhantomData,
         }
-    }
-}
-
-impl<E> Drop for EventHandle<E> {
-    fn drop(&mut self) {
-        // SAFETY: our reference keeps the slot valid.
-        unsafe { drop_ref(self.slot.cast()) }
-    }
-}
-
-/// Drops one reference; the last one releases the slot.
-///
-/// # Safety
-/// The caller owns one reference to the slot at `header`.
-unsafe fn drop_ref(header: NonNull<SlotHeader>) {
-    // SAFETY: valid while we hold our reference.
-    let h = unsafe { header.as_ref() };
-    // AcqRel: the last dropper must see every other holder's use (Acquire)
-    // and publish its own (Release), as `Arc`'s drop.
-    if h.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
-        let release = h.release;
-        // SAFETY: the count reached zero: we are the last owner.
-        unsafe { release(header) };
     }
 }
 
@@ -348,7 +329,7 @@ impl<E> fmt::Debug for EventHandle<E> {
 /// A counted reference to a pooled event of any type (see
 /// [`EventHandle::erase`]).
 pub struct AnyEvent {
-    header: NonNull<SlotHeader>,
+    header: Counted<SlotHeader>,
 }
 
 // SAFETY: only made by `erase` from an `EventHandle<E>` with `E: Send +
@@ -363,36 +344,23 @@ impl AnyEvent {
     /// # Safety
     /// `E` is the type the handle was erased from.
     pub unsafe fn downcast<E>(self) -> EventHandle<E> {
-        let slot = self.header.cast::<Slot<E>>();
-        std::mem::forget(self);
         EventHandle {
-            slot,
+            slot: self.header,
             _marker: PhantomData,
         }
     }
 
     /// Whether two references name the same event.
     pub fn same(&self, other: &AnyEvent) -> bool {
-        self.header == other.header
+        Counted::ptr_eq(&self.header, &other.header)
     }
 }
 
 impl Clone for AnyEvent {
     fn clone(&self) -> Self {
-        // SAFETY: we hold a reference, so the slot is valid.
-        unsafe { self.header.as_ref() }
-            .refs
-            .fetch_add(1, Ordering::Relaxed);
         AnyEvent {
-            header: self.header,
+            header: self.header.clone(),
         }
-    }
-}
-
-impl Drop for AnyEvent {
-    fn drop(&mut self) {
-        // SAFETY: our reference keeps the slot valid.
-        unsafe { drop_ref(self.header) }
     }
 }
 

@@ -66,6 +66,9 @@ impl AtomicWaker {
     /// Stores `waker` (keeping the stored one if it would wake the same
     /// task). Called by the poller only, never concurrently with itself.
     pub(crate) fn register(&self, waker: &Waker) {
+        // Acquire: a success reads `IDLE` from `new` or the poller's own
+        // earlier CAS below (`take` never clears `WAKING`); a failure
+        // pairs with `take`'s `fetch_or`, and only the branch depends on it.
         if self
             .state
             .compare_exchange(IDLE, REGISTERING, Ordering::Acquire, Ordering::Acquire)
@@ -76,15 +79,18 @@ impl AtomicWaker {
             waker.wake_by_ref();
             return;
         }
-        // SAFETY: REGISTERING gives us the slot: `take` leaves it alone
-        // while this state is set.
-        self.waker.with_mut(|slot| unsafe {
-            match &*slot {
+        self.waker.with_mut(|slot| {
+            // SAFETY: REGISTERING gives us the slot: `take` leaves it alone
+            // while this state is set.
+            match unsafe { &*slot } {
                 Some(old) if old.will_wake(waker) => {}
-                _ => *slot = Some(waker.clone()),
+                // SAFETY: as for the read just above: the slot is ours.
+                _ => unsafe { *slot = Some(waker.clone()) },
             }
         });
-        // Release: the stored waker, to a `take` that comes after.
+        // Release: pairs with the Acquire of `take`'s `fetch_or`: the
+        // stored waker, to a `take` that comes after. The Acquire halves
+        // guard nothing (on failure the slot stays ours).
         if self
             .state
             .compare_exchange(REGISTERING, IDLE, Ordering::AcqRel, Ordering::Acquire)
@@ -104,7 +110,9 @@ impl AtomicWaker {
     /// Takes the stored waker, or leaves it to a `register` in progress
     /// (which then wakes it itself). Called by the callback only, once.
     pub(crate) fn take(&self) -> Option<Waker> {
-        // AcqRel: acquire the waker a finished `register` released.
+        // AcqRel: the Acquire pairs with a finished `register`'s Release
+        // CAS back to `IDLE` (the waker it stored); the Release half
+        // pairs with `register`'s Acquire CASes, which need nothing of it.
         if self.state.fetch_or(WAKING, Ordering::AcqRel) != IDLE {
             return None;
         }
@@ -189,28 +197,39 @@ unsafe fn wake(tp: NonNull<Timepoint>, result: Result<(), Error>) {
     if abandoned {
         // The future was dropped and gave the node up: ours to hand back
         // (with any waker still stored, never woken).
+        // SAFETY: alive (contract).
+        let index = unsafe { tp.as_ref() }.pool_index();
         // SAFETY: from the pool with its timepoint's index; not used after.
-        unsafe { node_pool::release(tp.cast::<Node>(), tp.as_ref().pool_index()) };
+        unsafe { node_pool::release(tp.cast::<Node>(), index) };
         return;
     }
     // Field projections, not `&Node`: the poller reads other fields
     // meanwhile.
+    // SAFETY: alive until our mark (contract): a field projection.
+    let waker = unsafe { std::ptr::addr_of!((*node).waker) };
     // SAFETY: alive until our mark (contract).
-    let waker = unsafe { (*std::ptr::addr_of!((*node).waker)).take() };
+    let waker = unsafe { (*waker).take() };
     // Under the model checker: the drop may run right here; the node must
     // stay alive until our mark.
     liveness::check(node, "a wait_async future's node (its outcome written)");
-    // SAFETY: as above; the poller reads `result` only after our mark.
-    unsafe { &*std::ptr::addr_of!((*node).result) }.with_mut(|r| unsafe { *r = Some(result) });
+    // SAFETY: alive until our mark (contract): a field projection.
+    let slot = unsafe { std::ptr::addr_of!((*node).result) };
+    // SAFETY: alive until our mark (contract); the poller reads `result`
+    // only after our mark.
+    unsafe { &*slot }.with_mut(|r| unsafe { *r = Some(result) });
     // Our last access unless the future dropped first: after this mark the
     // future may free the node.
-    // SAFETY: as above.
-    if unsafe { &*std::ptr::addr_of!((*node).end) }.fire() {
+    // SAFETY: alive until our mark (contract): a field projection.
+    let end = unsafe { std::ptr::addr_of!((*node).end) };
+    // SAFETY: alive until our mark (contract), which this sets.
+    if unsafe { &*end }.fire() {
         // Dropped first: the node is ours to give back, and nobody awaits
         // the outcome (the waker is dropped unwoken).
+        // SAFETY: the future gave the node up: ours, alive.
+        let index = unsafe { (*node).tp.pool_index() };
         // SAFETY: from the pool with its timepoint's index; the future
         // gave it up; not used after.
-        unsafe { node_pool::release(tp.cast::<Node>(), (*node).tp.pool_index()) };
+        unsafe { node_pool::release(tp.cast::<Node>(), index) };
         drop(waker);
         return;
     }
@@ -278,14 +297,20 @@ impl WaitFuture<'_> {
     fn outcome(&mut self) -> Option<Result<(), Error>> {
         let node = self.node?;
         let p = node.as_ptr();
+        // SAFETY: the node is ours until we release it or drop it: a field
+        // projection.
+        let end = unsafe { std::ptr::addr_of!((*p).end) };
         // SAFETY: the node is ours until we release it or drop it; `end`
         // is atomic.
-        if !unsafe { &*std::ptr::addr_of!((*p).end) }.fired() {
+        if !unsafe { &*end }.fired() {
             return None;
         }
+        // SAFETY: the node is ours until we release it or drop it: a field
+        // projection.
+        let slot = unsafe { std::ptr::addr_of!((*p).result) };
         // SAFETY: the callback wrote it before its mark (acquired above)
         // and, the future not dropped, never touches the node again.
-        let r = unsafe { &*std::ptr::addr_of!((*p).result) }.with_mut(|r| unsafe { (*r).take() });
+        let r = unsafe { &*slot }.with_mut(|r| unsafe { (*r).take() });
         self.give_back(node);
         Some(r.unwrap_or(Ok(())))
     }
@@ -293,9 +318,11 @@ impl WaitFuture<'_> {
     /// Returns the node to the pool.
     fn give_back(&mut self, node: NonNull<Node>) {
         self.node = None;
+        // SAFETY: ours (no semaphore or callback uses it any more), alive.
+        let index = unsafe { (*node.as_ptr()).tp.pool_index() };
         // SAFETY: ours (no semaphore or callback uses it any more), from
         // the pool with this index.
-        unsafe { node_pool::release(node, (*node.as_ptr()).tp.pool_index()) };
+        unsafe { node_pool::release(node, index) };
     }
 }
 
@@ -331,8 +358,10 @@ impl Future for WaitFuture<'_> {
                     }
                 };
                 this.node = Some(node);
+                // SAFETY: a field projection of the node just acquired.
+                let waker = unsafe { std::ptr::addr_of!((*node.as_ptr()).waker) };
                 // SAFETY: not registered yet: only this thread touches it.
-                unsafe { &*std::ptr::addr_of!((*node.as_ptr()).waker) }.register(cx.waker());
+                unsafe { &*waker }.register(cx.waker());
                 // `tp` is the first field (`repr(C)`).
                 let tp = node.cast::<Timepoint>();
                 // SAFETY: the node stays valid until its callback runs or
@@ -366,9 +395,12 @@ impl Future for WaitFuture<'_> {
                     return Poll::Ready(r);
                 }
                 let node = this.node();
+                // SAFETY: the node is ours until we release it or drop it: a
+                // field projection.
+                let waker = unsafe { std::ptr::addr_of!((*node).waker) };
                 // SAFETY: the waker slot is shared with the callback under
                 // its own protocol.
-                unsafe { &*std::ptr::addr_of!((*node).waker) }.register(cx.waker());
+                unsafe { &*waker }.register(cx.waker());
                 // Looked at again after storing the waker: a callback that
                 // took the old waker before we stored this one has set its
                 // mark by now or will wake the new one.
@@ -402,12 +434,18 @@ impl Drop for WaitFuture<'_> {
         // to run (maybe on this thread, behind the waker that is dropping
         // us): never wait for it. Whichever of us marks second gives the
         // node back.
+        // SAFETY: alive until both marks are set (ours is not): a field
+        // projection.
+        let end = unsafe { std::ptr::addr_of!((*node.as_ptr()).end) };
         // SAFETY: alive until both marks are set (ours is not); `end` is
         // atomic.
-        if unsafe { &*std::ptr::addr_of!((*node.as_ptr()).end) }.drop_owner() {
+        if unsafe { &*end }.drop_owner() {
+            // SAFETY: the callback is done with it and the future gave it
+            // up: ours, alive.
+            let index = unsafe { (*node.as_ptr()).tp.pool_index() };
             // SAFETY: the callback is done with it and the future gave it
             // up: ours, from the pool with this index.
-            unsafe { node_pool::release(node, (*node.as_ptr()).tp.pool_index()) };
+            unsafe { node_pool::release(node, index) };
         }
     }
 }

@@ -118,6 +118,8 @@ impl LaterFrees {
     /// will (the caller must not touch the node again).
     #[must_use = "`true` means the node is the caller's to give back"]
     pub(crate) fn fire(&self) -> bool {
+        // AcqRel: pairs with `drop_owner`'s RMW (either is second and
+        // acquires the other) and releases the outcome to `fired`.
         self.0.fetch_or(FIRED, Ordering::AcqRel) & DROPPED != 0
     }
 
@@ -127,12 +129,14 @@ impl LaterFrees {
     /// again).
     #[must_use = "`true` means the node is the caller's to give back"]
     pub(crate) fn drop_owner(&self) -> bool {
+        // AcqRel: pairs with `fire`'s RMW, both ways (see the type's docs).
         self.0.fetch_or(DROPPED, Ordering::AcqRel) & FIRED != 0
     }
 
     /// Whether the callback is done (for the owner, which has not dropped
     /// the node): acquires what it wrote before its mark.
     pub(crate) fn fired(&self) -> bool {
+        // Acquire: pairs with `fire`'s AcqRel RMW.
         self.0.load(Ordering::Acquire) & FIRED != 0
     }
 
@@ -140,6 +144,8 @@ impl LaterFrees {
     /// latest mark in the word's order, which a parked host wait needs
     /// after a wake-up (the model checker's unpark orders no memory).
     pub(crate) fn fired_latest(&self) -> bool {
+        // AcqRel: the Acquire pairs with `fire`'s AcqRel RMW; the Release
+        // half publishes nothing anyone needs (no one reads `0` for data).
         self.0.fetch_or(0, Ordering::AcqRel) & FIRED != 0
     }
 }

@@ -175,8 +175,8 @@ impl Timepoint {
     pub(crate) fn claim_fire(&self) -> bool {
         // Relaxed load: `PLAIN` never changes.
         self.claim.load(Ordering::Relaxed) == PLAIN
-            // AcqRel: exactly one of this and `claim_abandon` wins; the
-            // loser's owner then acquires the winner's writes.
+            // AcqRel: pairs with `claim_abandon`'s CAS: exactly one of the
+            // two wins; the loser's owner then acquires the winner's writes.
             || self
                 .claim
                 .compare_exchange(ARMED, FIRED, Ordering::AcqRel, Ordering::Acquire)
@@ -186,6 +186,8 @@ impl Timepoint {
     /// Claims the timepoint for `abandon`: `false` if it fired (or is
     /// firing), or is not abandonable.
     pub(crate) fn claim_abandon(&self) -> bool {
+        // AcqRel: pairs with `claim_fire`'s CAS (one wins), and releases the
+        // owner's writes to the callback's Acquire load in `is_abandoned`.
         self.claim
             .compare_exchange(ARMED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()

@@ -242,21 +242,29 @@ unsafe fn wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     liveness::check(node.as_ptr(), "a host wait's node (its callback)");
     if abandoned {
         // The wait is over and gave the node up: ours to hand back.
+        // SAFETY: alive (contract).
+        let index = unsafe { tp.as_ref() }.pool_index();
         // SAFETY: from the pool with its timepoint's index; not used after.
-        unsafe { node_pool::release(node, tp.as_ref().pool_index()) };
+        unsafe { node_pool::release(node, index) };
         return;
     }
     // SAFETY: alive until our mark (contract). A field projection, not
     // `&WaitNode`: the waiter reads `end` meanwhile.
-    let thread = unsafe { &*std::ptr::addr_of!((*node.as_ptr()).thread) }
-        .with_mut(|t| unsafe { (*t).take() });
-    // SAFETY: as above. Our last access unless the wait ended first.
-    if unsafe { &*std::ptr::addr_of!((*node.as_ptr()).end) }.fire() {
+    let thread = unsafe { std::ptr::addr_of!((*node.as_ptr()).thread) };
+    // SAFETY: alive until our mark (contract).
+    let thread = unsafe { &*thread }.with_mut(|t| unsafe { (*t).take() });
+    // SAFETY: alive until our mark (contract): a field projection.
+    let end = unsafe { std::ptr::addr_of!((*node.as_ptr()).end) };
+    // SAFETY: alive until our mark (contract), which this sets. Our last
+    // access unless the wait ended first.
+    if unsafe { &*end }.fire() {
         // The wait ended first (timed out, or another semaphore decided
         // it): nobody to wake; the node is ours to give back.
+        // SAFETY: the wait gave the node up: ours, alive.
+        let index = unsafe { (*node.as_ptr()).tp.pool_index() };
         // SAFETY: from the pool with its timepoint's index; the wait gave
         // it up; not used after.
-        unsafe { node_pool::release(node, (*node.as_ptr()).tp.pool_index()) };
+        unsafe { node_pool::release(node, index) };
         return;
     }
     // The waiter may have returned by now: a stray unpark only makes one
@@ -385,8 +393,10 @@ fn park_until(
         for slot in slots.iter().filter(|s| s.registered) {
             if let Some(node) = slot.node {
                 // SAFETY: ours until `unregister` (the callback never frees
-                // it while the wait has not given it up).
-                let _ = unsafe { &*std::ptr::addr_of!((*node.as_ptr()).end) }.fired_latest();
+                // it while the wait has not given it up): a field projection.
+                let end = unsafe { std::ptr::addr_of!((*node.as_ptr()).end) };
+                // SAFETY: ours until `unregister` (as just above).
+                let _ = unsafe { &*end }.fired_latest();
             }
         }
         if let Some(done) = check(list, mode) {
@@ -420,14 +430,20 @@ fn unregister(list: &[(&Semaphore, u64)], slots: &[Slot]) {
                 continue;
             }
             // It fired or is about to: the later of us gives it back.
+            // SAFETY: alive until both marks are set (ours is not): a field
+            // projection.
+            let end = unsafe { std::ptr::addr_of!((*node.as_ptr()).end) };
             // SAFETY: alive until both marks are set (ours is not).
-            if !unsafe { &*std::ptr::addr_of!((*node.as_ptr()).end) }.drop_owner() {
+            if !unsafe { &*end }.drop_owner() {
                 continue;
             }
         }
         // SAFETY: acquired by this wait; no semaphore or callback uses it
+        // any more: alive.
+        let index = unsafe { (*node.as_ptr()).tp.pool_index() };
+        // SAFETY: acquired by this wait; no semaphore or callback uses it
         // any more.
-        unsafe { node_pool::release(node, (*node.as_ptr()).tp.pool_index()) };
+        unsafe { node_pool::release(node, index) };
     }
 }
 

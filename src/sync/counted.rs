@@ -61,14 +61,6 @@ impl<T: Counts> Counted<T> {
         Counted(ptr)
     }
 
-    /// Gives up this handle without dropping it (its count stays):
-    /// [`from_raw`](Self::from_raw) adopts it again.
-    pub fn into_raw(this: Counted<T>) -> NonNull<T> {
-        let ptr = this.0;
-        std::mem::forget(this);
-        ptr
-    }
-
     /// Whether two handles share one value.
     pub fn ptr_eq(a: &Counted<T>, b: &Counted<T>) -> bool {
         a.0 == b.0

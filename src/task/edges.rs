@@ -72,11 +72,10 @@ impl Successors {
             Held::None => Ok(Successors(to.as_ptr() as usize)),
             Held::One(first) => {
                 let b = new_block(cache, None)?;
-                // SAFETY: just made, ours.
-                unsafe {
-                    push(b, first);
-                    push(b, to);
-                }
+                // SAFETY: just made, ours, empty.
+                unsafe { push(b, first) };
+                // SAFETY: just made, ours, with room for a second edge.
+                unsafe { push(b, to) };
                 Ok(Successors::blocks(b))
             }
             Held::Blocks(b) => {
@@ -119,11 +118,16 @@ impl Successors {
                     (r.next, r.block, r.len as usize)
                 };
                 for i in 0..len {
+                    // SAFETY: a block of the task's chain, ours per contract.
+                    let slot = unsafe { b.as_ref() }.to[i];
                     // SAFETY: slots below `len` were written by `push`.
-                    f(unsafe { b.as_ref().to[i].assume_init() });
+                    f(unsafe { slot.assume_init() });
                 }
+                // SAFETY: `b` is block `block` of this cache's pool
+                // (contract).
+                let raw = unsafe { RawBlock::from_parts(b.cast(), block) };
                 // SAFETY: from this cache's pool (contract), given back once.
-                unsafe { cache.release(RawBlock::from_parts(b.cast(), block)) };
+                unsafe { cache.release(raw) };
                 match next {
                     Some(n) => b = n,
                     None => break,
@@ -140,15 +144,25 @@ fn new_block<C: BlockSource + ?Sized>(
 ) -> Result<NonNull<EdgeBlock>, Error> {
     let raw = cache.acquire()?;
     let b = raw.as_ptr().cast::<EdgeBlock>();
-    // SAFETY: the block is ours, `TASK_BLOCK` bytes aligned to a cache
-    // line (an `EdgeBlock` fits, asserted above); the slots stay
-    // uninitialized until pushed.
-    unsafe {
-        let p = b.as_ptr();
-        std::ptr::addr_of_mut!((*p).next).write(next);
-        std::ptr::addr_of_mut!((*p).block).write(raw.index());
-        std::ptr::addr_of_mut!((*p).len).write(0);
-    }
+    // The block is ours, `TASK_BLOCK` bytes aligned to a cache line (an
+    // `EdgeBlock` fits, asserted above); the slots stay uninitialized until
+    // pushed.
+    let p = b.as_ptr();
+    // SAFETY: a field projection, in bounds of our block (an `EdgeBlock`
+    // fits).
+    let field = unsafe { std::ptr::addr_of_mut!((*p).next) };
+    // SAFETY: the field is in our block, aligned for an `EdgeBlock`.
+    unsafe { field.write(next) };
+    // SAFETY: a field projection, in bounds of our block (an `EdgeBlock`
+    // fits).
+    let field = unsafe { std::ptr::addr_of_mut!((*p).block) };
+    // SAFETY: the field is in our block, aligned for an `EdgeBlock`.
+    unsafe { field.write(raw.index()) };
+    // SAFETY: a field projection, in bounds of our block (an `EdgeBlock`
+    // fits).
+    let field = unsafe { std::ptr::addr_of_mut!((*p).len) };
+    // SAFETY: the field is in our block, aligned for an `EdgeBlock`.
+    unsafe { field.write(0) };
     Ok(b)
 }
 

@@ -34,7 +34,9 @@ impl JoinCount {
         self.0.store(n, Ordering::Relaxed);
     }
 
-    /// The current count.
+    /// The current count. Acquire: pairs with the predecessors' AcqRel
+    /// decrements in [`finish`](Self::finish) (a 1 read by a predecessor
+    /// means the others' effects happen-before, as in `is_last`).
     pub fn get(&self) -> u32 {
         self.0.load(Ordering::Acquire)
     }
@@ -47,10 +49,11 @@ impl JoinCount {
     }
 
     /// Whether the count is 1: the caller, a predecessor, is the last one
-    /// (Acquire: every other predecessor's effects happen-before this
-    /// read, as their decrements release them). Nobody else will touch
-    /// the count then, so [`finish_last`](Self::finish_last) may stand in
-    /// for the read-modify-write.
+    /// (Acquire: pairs with the other predecessors' AcqRel decrements in
+    /// [`finish`](Self::finish), so their effects happen-before this
+    /// read). Nobody else will touch the count then, so
+    /// [`finish_last`](Self::finish_last) may stand in for the
+    /// read-modify-write.
     pub fn is_last(&self) -> bool {
         self.0.load(Ordering::Acquire) == 1
     }
@@ -64,7 +67,9 @@ impl JoinCount {
 
     /// `n` predecessors finished at once (a worker that held back the
     /// decrements of several predecessors it ran in a row): `true` for the
-    /// call that made the count zero. AcqRel as in `finish_one`.
+    /// call that made the count zero. AcqRel as in `finish_one`: pairs with
+    /// the other predecessors' decrements here (release by each, acquire
+    /// by the last) and with the Acquire loads of `get` and `is_last`.
     pub fn finish(&self, n: u32) -> bool {
         self.0.fetch_sub(n, Ordering::AcqRel) == n
     }

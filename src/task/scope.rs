@@ -103,6 +103,7 @@ impl Scope {
     /// # Ok::<(), fenceline::Error>(())
     /// ```
     pub fn pending(&self) -> usize {
+        // Acquire: pairs with the AcqRel decrements in `leave`.
         self.inner.pending.load(Ordering::Acquire)
     }
 
@@ -158,6 +159,8 @@ impl Scope {
         loop {
             // Read the idle count before the pending count: if the scope
             // goes idle after our check, the count passes `seen` by then.
+            // Acquire (both): pairs with the AcqRel RMWs in `leave`; a zero
+            // count means the retired tasks' effects happen-before.
             let seen = inner.idles.load(Ordering::Acquire);
             if inner.pending.load(Ordering::Acquire) == 0 {
                 break;
@@ -177,6 +180,8 @@ impl Scope {
     /// work (a device reuses scopes across submissions). Without a
     /// recorded error this takes no lock.
     pub fn take_error(&self) -> Option<Error> {
+        // Acquire and Release: pair with `record`'s store and the loads in
+        // `first_error`; the error itself is under the lock, the flag a hint.
         if !self.inner.failed.load(Ordering::Acquire) {
             return None;
         }
@@ -206,6 +211,8 @@ impl ScopeInner {
 
     /// The first error, if any.
     pub(crate) fn first_error(&self) -> Option<Error> {
+        // Acquire: pairs with `record`'s Release store (the error itself is
+        // read under the lock).
         if !self.failed.load(Ordering::Acquire) {
             return None;
         }
@@ -217,6 +224,8 @@ impl ScopeInner {
         let mut slot = self.lock_error();
         if slot.is_none() {
             *slot = Some(error);
+            // Release: pairs with the Acquire loads in `first_error` and
+            // `take_error`.
             self.failed.store(true, Ordering::Release);
         }
     }
@@ -230,6 +239,8 @@ impl ScopeInner {
     pub(crate) unsafe fn enter(this: NonNull<ScopeInner>, scope: &Scope, n: usize) {
         // SAFETY: live per contract.
         let inner = unsafe { this.as_ref() };
+        // AcqRel: pairs with `leave`'s AcqRel decrements (an entry from 0
+        // follows the last busy stretch's) and the Acquire loads of `pending`.
         if inner.counted && inner.pending.fetch_add(n, Ordering::AcqRel) == 0 {
             let _ = Arc::into_raw(scope.inner.clone());
         }
@@ -240,6 +251,7 @@ impl ScopeInner {
         if !self.counted {
             return;
         }
+        // AcqRel: pairs with the same as in `enter`.
         let before = self.pending.fetch_add(1, Ordering::AcqRel);
         debug_assert!(before > 0, "a running task keeps its scope non-idle");
     }
@@ -255,6 +267,9 @@ impl ScopeInner {
     pub(crate) unsafe fn leave(this: NonNull<ScopeInner>, n: usize) {
         // SAFETY: our outstanding tasks keep the scope alive until here.
         let inner = unsafe { this.as_ref() };
+        // AcqRel: the Release pairs with the Acquire loads in `pending` and
+        // `wait_idle` (our retirements before), the Acquire with the other
+        // decrements. `idles`' RMW below pairs with `wait_idle`'s load.
         if inner.pending.fetch_sub(n, Ordering::AcqRel) == n {
             let n = inner.idles.fetch_add(1, Ordering::AcqRel) + 1;
             // Two idle transitions may race to signal; the later value
@@ -276,16 +291,18 @@ impl Scope {
     /// The scope as a handle for a free list, keeping its reference.
     pub(crate) fn into_handle(self) -> crate::list::Handle<ScopeLink> {
         let ptr = Arc::into_raw(self.inner).cast_mut();
-        // SAFETY: `Arc::into_raw` is never null; the reference it keeps
-        // keeps the state alive and in place until `from_handle`; a scope
-        // handed over by value is in no free list.
-        unsafe { crate::list::Handle::from_raw(NonNull::new_unchecked(ptr)) }
+        // SAFETY: `Arc::into_raw` is never null.
+        let ptr = unsafe { NonNull::new_unchecked(ptr) };
+        // SAFETY: the reference `into_raw` keeps keeps the state alive and
+        // in place until `from_handle`; a scope handed over by value is in
+        // no free list.
+        unsafe { crate::list::Handle::from_raw(ptr) }
     }
 
     /// The scope a free list held, with its reference.
     pub(crate) fn from_handle(handle: crate::list::Handle<ScopeLink>) -> Scope {
-        // SAFETY: made by `into_handle` from an `Arc`, taken back once.
         Scope {
+            // SAFETY: made by `into_handle` from an `Arc`, taken back once.
             inner: unsafe { Arc::from_raw(handle.into_raw().as_ptr().cast_const()) },
         }
     }

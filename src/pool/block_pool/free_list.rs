@@ -27,8 +27,9 @@ impl BlockPool {
         loop {
             let (top, generation) = unpack(head);
             last_next.store(top, Ordering::Relaxed);
-            // Release: the link above and every write the releasing owner made
-            // to the blocks happen-before the acquire of whoever pops them.
+            // Release: pairs with the Acquire loads and CASes of `head` in
+            // `pop` and `pop_chain_into`: the link above and every write the
+            // releasing owner made to the blocks happen-before the popper's.
             match self.head.compare_exchange_weak(
                 head,
                 pack(first, generation.wrapping_add(1)),
@@ -47,6 +48,8 @@ impl BlockPool {
     /// Pops one index, or `None` when the list is empty.
     #[inline]
     pub(in crate::pool) fn pop(&self) -> Option<u32> {
+        // Acquire: pairs with the Release CAS in `push_chain` that stored
+        // this head, so the link of `top` read below is the pusher's.
         let mut head = self.head.load(Ordering::Acquire);
         let backoff = Backoff::new();
         loop {
@@ -93,6 +96,8 @@ impl BlockPool {
     pub(in crate::pool) fn pop_chain_into(&self, out: &mut [MaybeUninit<RawBlock>]) -> usize {
         debug_assert!(!out.is_empty(), "a chain of at least one block");
         let backoff = Backoff::new();
+        // Acquire: pairs with the Release CAS in `push_chain` that stored
+        // this head (see above: it publishes the links the walk reads).
         let mut head = self.head.load(Ordering::Acquire);
         loop {
             let (top, generation) = unpack(head);
@@ -113,6 +118,8 @@ impl BlockPool {
                 }
                 index = next;
             };
+            // Acquire (both): pairs with the Release CAS in `push_chain`; on
+            // success the blocks' contents, on failure the new head's links.
             match self.head.compare_exchange_weak(
                 head,
                 pack(next, generation.wrapping_add(1)),
@@ -163,17 +170,17 @@ impl BlockPool {
         let blocks = unsafe { memory.add(links) };
         for i in 0..len as usize {
             // SAFETY: `len` links fit below `blocks` (`links` was rounded up
-            // from `len` links) and are aligned (the layout's alignment covers
-            // `AtomicU32`'s, and `links` is a multiple of it).
-            unsafe {
-                blocks
-                    .cast::<AtomicU32>()
-                    .sub(i + 1)
-                    .write(AtomicU32::new(NIL))
-            };
+            // from `len` links).
+            let link = unsafe { blocks.cast::<AtomicU32>().sub(i + 1) };
+            // SAFETY: the link lies in the allocation (just above) and is
+            // aligned (the layout's alignment covers `AtomicU32`'s, and
+            // `links` is a multiple of it).
+            unsafe { link.write(AtomicU32::new(NIL)) };
         }
-        // AcqRel: publish the chunk (Release) before any of its indices can be
-        // seen; Acquire on failure is not needed for anything but symmetry.
+        // AcqRel: the Release half pairs with the Acquire loads of `chunks[k]`
+        // in `chunk_of` (block_pool.rs), publishing the chunk's links before
+        // any of its indices can be seen; the Acquire halves pair only with a
+        // rival installer's CAS here (read on failure), which nothing needs.
         match self.chunks[k].compare_exchange(
             ptr::null_mut(),
             blocks,
@@ -194,6 +201,8 @@ impl BlockPool {
     #[cold]
     #[inline(never)]
     pub(in crate::pool) fn grow(&self) -> Result<Option<(u32, u32)>, Error> {
+        // Acquire: pairs with the install CAS in `install_chunk`; only
+        // nullness is used here, so nothing relies on it.
         let k = (0..MAX_CHUNKS)
             .find(|&k| self.chunks[k].load(Ordering::Acquire).is_null())
             .ok_or_else(|| {

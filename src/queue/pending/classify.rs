@@ -30,12 +30,11 @@ impl<B: Backend> QueueState<B> {
                 let _ = catch_unwind(AssertUnwindSafe(|| self.backend.issue(work)));
                 trace::span(trace::Kind::Issue, t, id, self.this.as_ptr() as u64, 0);
             }
-            // SAFETY: armed and ours to list, in no waiting list (taken
-            // out when woken, or new).
             Ok(Class::Waiting) => {
-                issuer
-                    .waiting
-                    .push_back(unsafe { Handle::from_raw(action) });
+                // SAFETY: armed and ours to list, in no waiting list (taken
+                // out when woken, or new).
+                let handle = unsafe { Handle::from_raw(action) };
+                issuer.waiting.push_back(handle);
                 Self::add(&self.waiting_now, 1);
             }
             // SAFETY: the issuer owns the action; the caller of the pass

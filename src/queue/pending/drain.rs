@@ -23,14 +23,15 @@ pub fn issue_passes_on_this_thread() -> u64 {
 /// # Safety
 /// `tp` is the timepoint of a live `Action<B>` whose owner is a `QueueState<B>`.
 pub(super) unsafe fn queue_wake<B: Backend>(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
-    // SAFETY: the context is the action, the owner its live queue (the
-    // action holds a reference to it).
-    let action =
-        unsafe { NonNull::new_unchecked(tp.as_ref().context().cast_mut().cast::<Action<B>>()) };
-    // SAFETY: as above.
-    let this = unsafe {
-        NonNull::new_unchecked((*action.as_ptr()).owner.cast_mut().cast::<QueueState<B>>())
-    };
+    // SAFETY: `tp` is the timepoint of a live action (contract).
+    let context = unsafe { tp.as_ref() }.context();
+    // SAFETY: the context is the action, non-null.
+    let action = unsafe { NonNull::new_unchecked(context.cast_mut().cast::<Action<B>>()) };
+    // SAFETY: the action is live (contract).
+    let owner = unsafe { (*action.as_ptr()).owner };
+    // SAFETY: the owner is its live queue (the action holds a reference to
+    // it), non-null.
+    let this = unsafe { NonNull::new_unchecked(owner.cast_mut().cast::<QueueState<B>>()) };
     // SAFETY: the action's reference keeps the state alive until the push.
     let shared = unsafe { this.as_ref() };
     // Hold our own reference across the hand-off and the issue request:
@@ -104,6 +105,9 @@ impl<B: Backend> QueueState<B> {
     /// The caller owns one reference.
     pub(super) unsafe fn release(this: NonNull<QueueState<B>>) {
         // SAFETY: our reference keeps it alive until here.
+        // AcqRel: pairs with the other releases here and with the Release
+        // credit return in `return_credit_if_closed`: every use of the
+        // state happens before the last reference frees it.
         if unsafe { this.as_ref() }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
             liveness::died(this.as_ptr());
             // SAFETY: the last reference: nothing else can reach it.
@@ -130,8 +134,10 @@ impl<B: Backend> QueueState<B> {
     /// the drain (so later requests are served) and then resumes the first
     /// panic on this thread.
     pub(super) fn issue(&self) {
-        // AcqRel: acquire what requesters published before bumping;
-        // release our own pushes to the issuer we may hand over to.
+        // AcqRel: the Acquire pairs with the previous issuer's CAS back to
+        // 0 in `drain_turn` (its issuer state, if we become the issuer);
+        // the Release with that CAS's failure and `resume_turn`'s load, so
+        // the issuer that counts this request sees our push.
         let seen = self.requests.fetch_add(1, Ordering::AcqRel) + 1;
         // After the first access: the model checker may run another thread
         // (one that frees the state) just before it.
@@ -154,9 +160,9 @@ impl<B: Backend> QueueState<B> {
         if !self.backend.can_issue_inline() || self.requests.load(Ordering::Relaxed) != 0 {
             return false;
         }
-        // AcqRel: acquire the previous issuer's release of the turn (its
-        // writes to the issuer state); release is for symmetry with
-        // `issue`'s bump.
+        // AcqRel: the Acquire pairs with the previous issuer's CAS back to
+        // 0 in `drain_turn` (its writes to the issuer state); release is
+        // for symmetry with `issue`'s bump.
         self.requests
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
@@ -204,25 +210,32 @@ impl<B: Backend> QueueState<B> {
         // kept first, so it is alive until below. (Its state alone: the
         // backend may be using the rest of it on another thread.)
         let state = unsafe { QueueAction::lent_state(action) };
+        // Acquire: pairs with the finisher's AcqRel swap to `Done` in
+        // `finish` (finish.rs): its signals happen before our free.
         if state.load(Ordering::Acquire) == Lending::Done {
             // Finished elsewhere (its signals made, counted) with our
             // handles: nothing was taken, nothing to give back.
-            // SAFETY: ours now; the issuer's stash, this thread's alone.
-            unsafe { QueueAction::destroy(action, &mut Stash::new(&self.issuer_blocks), false) };
+            // SAFETY: the issuer's stash, this thread's alone.
+            let mut stash = unsafe { Stash::new(&self.issuer_blocks) };
+            // SAFETY: ours now.
+            unsafe { QueueAction::destroy(action, &mut stash, false) };
             return;
         }
         // SAFETY: `Lent`, and we are inside its `submit`.
         unsafe { QueueAction::keep_entries(action) };
         self.take_refs(issuer, 1);
-        // Release: a finisher that reads `Kept` sees the references.
+        // AcqRel: pairs with the finisher's load and swap of `lent` in
+        // `finish` (finish.rs): a finisher that reads `Kept` sees the
+        // references; reading `Done` acquires its signals before the free.
         if state.swap(Lending::Kept, Ordering::AcqRel) == Lending::Done {
             // Finished meanwhile: free it with the references just taken.
-            // SAFETY: as above; the caller's handle keeps the state alive
-            // past the release.
-            unsafe {
-                QueueAction::destroy(action, &mut Stash::new(&self.issuer_blocks), true);
-                QueueState::release(self.this);
-            }
+            // SAFETY: the issuer's stash, this thread's alone.
+            let mut stash = unsafe { Stash::new(&self.issuer_blocks) };
+            // SAFETY: ours now (finished elsewhere, then kept by us).
+            unsafe { QueueAction::destroy(action, &mut stash, true) };
+            // SAFETY: we own the reference just taken for the action; the
+            // caller's handle keeps the state alive past the release.
+            unsafe { QueueState::release(self.this) };
         }
     }
 
@@ -240,9 +253,9 @@ impl<B: Backend> QueueState<B> {
         // The release makes the reference go even if a pass unwinds.
         let _reference = Reference(this);
         // The turn is held (the counter was never swung back), so this is
-        // at least 1. Acquire: every request counted here published its
-        // push before (the requesters' `fetch_add` release, in the
-        // counter's release sequence), so the first pass sees it.
+        // at least 1. Acquire: pairs with the requesters' `fetch_add` in
+        // `issue` (in the counter's release sequence): every request
+        // counted here published its push before, so the first pass sees it.
         let seen = shared.requests.load(Ordering::Acquire);
         // Counted by the turn's new holder (the issuer writes it alone).
         Self::add(&shared.hand_offs, 1);
@@ -288,6 +301,8 @@ impl<B: Backend> QueueState<B> {
                     passes += 1;
                 }
                 Some(First::Woken(action)) => {
+                    // Acquire: pairs with the Release store in `shutdown`
+                    // (handle.rs); the flag carries nothing else.
                     let closed = self.closed.load(Ordering::Acquire);
                     // SAFETY: its timepoint fired on this thread, which
                     // handed it here: armed, in `waiting`, on no stack.
@@ -295,6 +310,7 @@ impl<B: Backend> QueueState<B> {
                     self.add_examined(1);
                 }
                 Some(First::New(action, lent)) => {
+                    // Acquire: pairs with `shutdown`'s store, as above.
                     let closed = self.closed.load(Ordering::Acquire);
                     if !lent {
                         // Before its handling, which may finish it.
@@ -317,6 +333,9 @@ impl<B: Backend> QueueState<B> {
             liveness::check(self, "a queue's state (turn given back)");
             // SAFETY: the turn is still ours; the borrow ends here.
             self.return_credit_if_closed(unsafe { self.issuer_state() });
+            // AcqRel on success: gives the turn back; pairs with the next
+            // issuer's Acquire in `issue` or `take_turn`. Acquire on failure:
+            // pairs with the requesters' `fetch_add` in `issue` (their pushes).
             match self
                 .requests
                 .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire)
@@ -362,28 +381,30 @@ impl<B: Backend> QueueState<B> {
         action: NonNull<Action<B>>,
         closed: bool,
     ) {
-        // SAFETY: per contract, in `waiting`; the issuer's alone.
-        unsafe {
-            // The next actions waiting on this queue are likely the next
-            // ones woken (a chain wakes its actions in order); their lines
-            // were written by their submitter, maybe on another core: start
-            // fetching the next two now, so that their own hops do not wait
-            // for them (see ARCHITECTURE.md, A hop's lines fetched ahead).
-            // (A successor of a linked node is linked in the same list.)
-            // The last one's link is not read: it was not fetched yet, and
-            // a load of it would wait for the whole miss (a fifth of
-            // `drain_turn`'s samples when it did).
-            let mut ahead = issuer.waiting.next(action);
-            for i in 1..=PREFETCH_WAITING {
-                let Some(next) = ahead else { break };
-                QueueAction::prefetch(next);
-                if i < PREFETCH_WAITING {
-                    ahead = issuer.waiting.next(next);
-                }
+        // The next actions waiting on this queue are likely the next
+        // ones woken (a chain wakes its actions in order); their lines
+        // were written by their submitter, maybe on another core: start
+        // fetching the next two now, so that their own hops do not wait
+        // for them (see ARCHITECTURE.md, A hop's lines fetched ahead).
+        // The last one's link is not read: it was not fetched yet, and
+        // a load of it would wait for the whole miss (a fifth of
+        // `drain_turn`'s samples when it did).
+        // SAFETY: per contract, `action` is in `waiting`; the issuer's alone.
+        let mut ahead = unsafe { issuer.waiting.next(action) };
+        for i in 1..=PREFETCH_WAITING {
+            let Some(next) = ahead else { break };
+            QueueAction::prefetch(next);
+            if i < PREFETCH_WAITING {
+                // SAFETY: a successor of a linked node is linked in the
+                // same list.
+                ahead = unsafe { issuer.waiting.next(next) };
             }
-            let _ = issuer.waiting.remove(action);
-            (*action.as_ptr()).armed = false;
         }
+        // SAFETY: per contract, `action` is in `waiting`; the issuer's alone.
+        let _ = unsafe { issuer.waiting.remove(action) };
+        // SAFETY: the action is live (it was in `waiting`) and the issuer's
+        // alone.
+        unsafe { (*action.as_ptr()).armed = false };
         self.waiting_left();
         trace::flow_in(action.as_ptr() as u64 ^ READIED);
         trace::instant(
@@ -410,6 +431,9 @@ impl<B: Backend> QueueState<B> {
     /// never strands the others taken with it; the first panic is resumed
     /// once every taken action was handled.
     pub(super) fn pass(&self, issuer: &mut IssuerState<B::Payload>) {
+        // Acquire: pairs with the Release store in `shutdown` (handle.rs);
+        // the flag carries nothing else. The pass after a shutdown sees it
+        // through the shutdown's request (`issue`'s bump).
         let closed = self.closed.load(Ordering::Acquire);
         let mut examined = 0;
         let mut panicked = FirstPanic::default();
@@ -444,6 +468,7 @@ impl<B: Backend> QueueState<B> {
     /// it runs out; once the queue is closed, only what is missing.
     pub(super) fn take_refs(&self, issuer: &mut IssuerState<B::Payload>, n: usize) {
         if issuer.credit < n {
+            // Acquire: pairs with `shutdown`'s Release store (handle.rs).
             let ahead = if self.closed.load(Ordering::Acquire) {
                 0
             } else {
@@ -462,6 +487,9 @@ impl<B: Backend> QueueState<B> {
     /// Called under the turn before each attempt to give it back; the
     /// drain's caller holds a reference, so this is never the last.
     pub(super) fn return_credit_if_closed(&self, issuer: &mut IssuerState<B::Payload>) {
+        // Acquire: pairs with `shutdown`'s Release store (handle.rs).
+        // Release: pairs with the last reference's AcqRel in `release`:
+        // the issuer's uses of the state happen before the free.
         if issuer.credit > 0 && self.closed.load(Ordering::Acquire) {
             let credit = std::mem::take(&mut issuer.credit);
             let before = self.refs.fetch_sub(credit, Ordering::Release);
@@ -475,8 +503,8 @@ impl<B: Backend> QueueState<B> {
     }
 
     /// Adds to a counter only the issuer writes (one pass at a time): a
-    /// load and a store, no RMW. Release: a reader that acquires it sees
-    /// what the issuer did before.
+    /// load and a store, no RMW. Release: pairs with the Acquire loads in
+    /// `PendingQueue::stats` (handle.rs): a reader sees what came before.
     pub(super) fn add(counter: &AtomicU64, n: u64) {
         let before = counter.load(Ordering::Relaxed);
         counter.store(before.wrapping_add(n), Ordering::Release);

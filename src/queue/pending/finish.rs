@@ -97,12 +97,16 @@ impl<B: Backend> QueueState<B> {
         // A lent action holds no references: finished inline it has none to
         // give back; finished elsewhere, its submitter either kept it
         // (`Kept`: freed here as owned) or will free it (`Lent`: left).
+        // Acquire: pairs with the submitter's AcqRel swap to `Kept` in
+        // `keep_escaped` (drain.rs): its references happen before.
         let owned = match a.lent.load(Ordering::Acquire) {
             Lending::Owned => true,
             Lending::Lent if inline => false,
             _ => {
-                // Acquire: a `Kept` action's references; release: our
-                // signals, before a submitter that frees it.
+                // AcqRel: pairs with the swap and load of `lent` in
+                // `keep_escaped` (drain.rs). Acquire: a `Kept` action's
+                // references; release: our signals, before a submitter
+                // that frees it.
                 if a.lent.swap(Lending::Done, Ordering::AcqRel) == Lending::Lent {
                     panicked.resume();
                     return;
@@ -110,17 +114,21 @@ impl<B: Backend> QueueState<B> {
                 true
             }
         };
-        // SAFETY: owned and done; its blocks go back to our pool (a panic
-        // dropping the payload is contained inside): through the issuer's
-        // stash when this thread runs our pass (a backend completing inside
-        // `issue`, a cancel or failure in a pass), borrowed one release at
-        // a time (`Stash`).
-        unsafe {
-            if in_pass {
-                QueueAction::destroy(action, &mut Stash::new(&shared.issuer_blocks), owned);
-            } else {
-                QueueAction::destroy(action, &mut &shared.pool, owned);
-            }
+        // Its blocks go back to our pool: through the issuer's stash when
+        // this thread runs our pass (a backend completing inside `issue`, a
+        // cancel or failure in a pass), borrowed one release at a time
+        // (`Stash`).
+        if in_pass {
+            // SAFETY: this thread runs our pass: the issuer's stash is this
+            // thread's, borrowed one release at a time.
+            let mut stash = unsafe { Stash::new(&shared.issuer_blocks) };
+            // SAFETY: owned and done; its blocks go back to our pool (a
+            // panic dropping the payload is contained inside).
+            unsafe { QueueAction::destroy(action, &mut stash, owned) };
+        } else {
+            // SAFETY: owned and done; its blocks go back to our pool (a
+            // panic dropping the payload is contained inside).
+            unsafe { QueueAction::destroy(action, &mut &shared.pool, owned) };
         }
         if owned {
             // SAFETY: the action's reference, given up once.
@@ -137,9 +145,10 @@ impl<B: Backend> Drop for QueueState<B> {
         // exclusive borrow forbids writing through now).
         let pool = &self.pool;
         self.issuer_blocks.with_mut(|c| {
-            // SAFETY: `&mut self`: nothing else borrows the stash; its pool
-            // is this state's.
-            unsafe { (*c).flush_to(pool) }
+            // SAFETY: `&mut self`: nothing else borrows the stash.
+            let cache = unsafe { &mut *c };
+            // SAFETY: its pool is this state's.
+            unsafe { cache.flush_to(pool) }
         });
         // The issuer's credit counts in `refs`: given back before the last
         // reference could go.

@@ -61,13 +61,13 @@ impl<B: Backend> PendingQueue<B> {
             this: NonNull::dangling(),
         });
         let this = NonNull::from(Box::leak(shared));
+        // SAFETY: just leaked, not shared yet.
+        unsafe { (*this.as_ptr()).this = this };
+        // SAFETY: just leaked, not shared yet.
+        let pool = NonNull::from(unsafe { &(*this.as_ptr()).pool });
         // SAFETY: just leaked, not shared yet. (The dangling cache it
         // replaces is empty: dropping it touches no pool.)
-        unsafe {
-            (*this.as_ptr()).this = this;
-            let pool = NonNull::from(&(*this.as_ptr()).pool);
-            (*this.as_ptr()).issuer_blocks = UnsafeCell::new(BlockCache::new(PoolRef(pool)));
-        }
+        unsafe { (*this.as_ptr()).issuer_blocks = UnsafeCell::new(BlockCache::new(PoolRef(pool))) };
         liveness::born(this.as_ptr());
         Ok(PendingQueue { shared: this })
     }
@@ -98,6 +98,8 @@ impl<B: Backend> PendingQueue<B> {
         check_values(waits, signals)?;
         let t = trace::now();
         let shared = self.shared();
+        // Acquire: pairs with the Release store in `shutdown`; the flag
+        // carries nothing else (a pass cancels what slips past it).
         if shared.closed.load(Ordering::Acquire) {
             let e = cancelled();
             for (s, _) in signals {
@@ -118,20 +120,24 @@ impl<B: Backend> PendingQueue<B> {
             // SAFETY: the turn is ours: only the issuer touches its state;
             // this borrow ends here.
             let lend = unsafe { shared.issuer_state() }.lend;
-            // SAFETY: as above for the stash, borrowed one acquire or
-            // release at a time. A lent action borrows the caller's
-            // semaphores, which outlive this call, and `drain` keeps it
-            // (`settle`) before returning if it did not finish inside.
-            let made = unsafe {
-                QueueAction::create(
-                    &mut Stash::new(&shared.issuer_blocks),
-                    waits,
-                    signals,
-                    payload,
-                    queue_wake::<B>,
-                    owner,
-                    lend,
-                )
+            let made = {
+                // SAFETY: as above for the stash (the turn is ours), borrowed
+                // one acquire or release at a time.
+                let mut stash = unsafe { Stash::new(&shared.issuer_blocks) };
+                // SAFETY: a lent action borrows the caller's semaphores,
+                // which outlive this call, and `drain` keeps it (`settle`)
+                // before returning if it did not finish inside.
+                unsafe {
+                    QueueAction::create(
+                        &mut stash,
+                        waits,
+                        signals,
+                        payload,
+                        queue_wake::<B>,
+                        owner,
+                        lend,
+                    )
+                }
             };
             let action = match made {
                 Ok(action) => action,
@@ -192,6 +198,9 @@ impl<B: Backend> PendingQueue<B> {
     /// also done on drop.
     pub fn shutdown(&self) {
         let shared = self.shared();
+        // Release: pairs with the Acquire loads of `closed` in `submit` and
+        // drain.rs; the flag carries nothing else. The pass that cancels
+        // is ordered after it by the request in `issue` below.
         shared.closed.store(true, Ordering::Release);
         shared.issue();
     }
@@ -210,7 +219,9 @@ impl<B: Backend> PendingQueue<B> {
     pub fn stats(&self) -> QueueStats {
         let shared = self.shared();
         // Finished first, then taken in: every finished action was taken
-        // in before, so `in_flight` never underflows.
+        // in before, so `in_flight` never underflows. The Acquire loads pair
+        // with the Release stores in `QueueState::add` (drain.rs); the shared
+        // `finished` counter's Relaxed `fetch_add` (finish.rs) pairs with none.
         let count = |f: fn(&Finished) -> &AtomicU64| {
             f(&shared.finished).load(Ordering::Acquire)
                 + f(&shared.finished_in_pass).load(Ordering::Acquire)
@@ -221,6 +232,7 @@ impl<B: Backend> PendingQueue<B> {
         let completed = count(|f| &f.completed);
         let failed = count(|f| &f.failed);
         let cancelled = count(|f| &f.cancelled);
+        // Acquire: pairs with `add`'s Release stores (drain.rs), as above.
         let submitted = shared.taken_in.load(Ordering::Acquire);
         QueueStats {
             submitted,

@@ -115,8 +115,13 @@ impl BlockSource for Stash<'_> {
 
     #[inline]
     unsafe fn release(&mut self, block: RawBlock) {
-        // SAFETY: as in `acquire`; the block's contract is forwarded.
-        self.0.with_mut(|c| unsafe { (*c).release(block) })
+        self.0.with_mut(|c| {
+            // SAFETY: exclusive per `new`'s contract, for this call only (no
+            // user code runs inside).
+            let cache = unsafe { &mut *c };
+            // SAFETY: the block's contract is forwarded.
+            unsafe { cache.release(block) }
+        })
     }
 }
 

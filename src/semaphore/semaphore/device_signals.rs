@@ -41,6 +41,8 @@ impl Semaphore {
             let mut stale: Stale = Default::default();
             let recorded = {
                 let mut device = self.inner.lock_device();
+                // Acquire: pairs with the signals' CAS and `fail`'s swap
+                // (mod.rs); only the number is used here.
                 let current = self.inner.value.load(Ordering::Acquire);
                 if current == FAILED_VALUE || value <= current {
                     false
@@ -68,6 +70,8 @@ impl Semaphore {
             let mut stale: Stale = Default::default();
             let found = {
                 let mut device = self.inner.lock_device();
+                // Acquire: pairs with the signals' CAS and `fail`'s swap
+                // (mod.rs), as above.
                 let current = self.inner.value.load(Ordering::Acquire);
                 if current != FAILED_VALUE {
                     prune(&mut device, current, &mut stale);

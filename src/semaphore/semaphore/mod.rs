@@ -241,7 +241,8 @@ impl Semaphore {
     /// ```
     #[inline]
     pub fn query(&self) -> Result<u64, Error> {
-        // Acquire: whoever signalled this value released its writes.
+        // Acquire: pairs with the signalling CAS in `advance_inner` (or
+        // `fail`'s swap): whoever signalled this value released its writes.
         let value = self.inner.value.load(Ordering::Acquire);
         if value == FAILED_VALUE {
             return Err(self.inner.failure());
@@ -312,7 +313,9 @@ impl Semaphore {
                 return Err(signal_error(value, current));
             }
             // AcqRel: Release publishes the signaller's writes to waiters;
-            // Acquire pairs with a registration's RMW (see module docs).
+            // both halves pair with a pass's RMW read of the value in
+            // `round` (turn.rs), which follows registrations' counts (see
+            // module docs).
             match inner.value.compare_exchange_weak(
                 current,
                 value,
@@ -354,8 +357,9 @@ impl Semaphore {
         );
         let inner = &*self.inner;
         let boxed = Box::into_raw(Box::new(error));
-        // AcqRel: publish the error before `value` says FAILED_VALUE (Release);
-        // Acquire on failure to read the winner if we lost.
+        // AcqRel: publish the error before `value` says FAILED_VALUE (Release;
+        // pairs with the Acquire load in `Inner::failure`, turn.rs). Acquire
+        // on failure reads the winner if we lost (unused: we free ours only).
         if inner
             .failure
             .compare_exchange(ptr::null_mut(), boxed, Ordering::AcqRel, Ordering::Acquire)
@@ -365,8 +369,9 @@ impl Semaphore {
             drop(unsafe { Box::from_raw(boxed) });
             return;
         }
-        // AcqRel: ordered with passes' reads of the value like a signal's
-        // CAS.
+        // AcqRel: pairs with passes' RMW reads of the value in `round`
+        // (turn.rs) like a signal's CAS, and with the Acquire loads of
+        // `value` (`query`, `check`), which then read the failure.
         inner.value.swap(FAILED_VALUE, Ordering::AcqRel);
         // Unconditionally (not only when `waiting` says so): the pass fires
         // every registered timepoint with the error.
@@ -438,8 +443,8 @@ impl Semaphore {
         #[must_use = "`false` means the callback is running or ran: the timepoint may not be reused until it is done"]
         unsafe fn cancel(&self, tp: NonNull<Timepoint>) -> bool {
             let inner = &*self.inner;
-            // SAFETY: valid per contract.
             debug_assert!(
+                // SAFETY: valid per contract.
                 unsafe { tp.as_ref() }.is_plain(),
                 "an abandonable timepoint is given up with `abandon`"
             );
@@ -454,10 +459,9 @@ impl Semaphore {
             let linked = unsafe { tp.as_ref() }.linked.with(|l| unsafe { *l });
             if linked {
                 // SAFETY: linked in this semaphore's list (contract + flag).
-                unsafe {
-                    let _ = list.remove(tp);
-                    tp.as_ref().linked.with_mut(|l| *l = false);
-                }
+                let _ = unsafe { list.remove(tp) };
+                // SAFETY: valid per contract; `linked` is the turn holder's.
+                unsafe { tp.as_ref() }.linked.with_mut(|l| unsafe { *l = false });
                 inner.count_unlinked(1);
             }
             inner.finish_turn(out);
@@ -528,6 +532,9 @@ impl Semaphore {
     #[doc(hidden)]
     #[cfg(any(test, feature = "testing"))]
     pub fn timepoints_registered(&self) -> usize {
+        // Acquire: pairs with the Release store in `count_unlinked`
+        // (turn.rs). `registered`'s Acquire pairs with nothing: it is
+        // counted with a Relaxed RMW (`register`).
         let unlinked = self.inner.unlinked.load(Ordering::Acquire);
         self.inner
             .registered

@@ -25,9 +25,10 @@ impl Inner {
     pub(super) fn request_pass(&self, signalled: Option<u64>) {
         // The usual case, no holder and no request: take the turn with no
         // request bit (one CAS), so the first round has none to clear.
-        // Acquire takes the list from the last holder. A request made
-        // after this CAS finds `LOCKED`, sets `REQUEST`, and fails our
-        // release, so its round comes (with the clearing RMW).
+        // Acquire pairs with the last holder's Release CAS in `finish_turn`
+        // (it takes the list as left). A request made after this CAS finds
+        // `LOCKED`, sets `REQUEST`, and fails our release, so its round
+        // comes (with the clearing RMW).
         if self
             .turn
             .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
@@ -36,9 +37,9 @@ impl Inner {
             self.pass(false, signalled);
             return;
         }
-        // AcqRel: Release hands what we did before (an inbox push, a new
-        // value) to the holder that sees the request; Acquire takes the list
-        // from the last holder if the turn is ours.
+        // AcqRel: the Release pairs with the holder's Acquire `fetch_and`
+        // in `round` (what we did before: an inbox push, a new value); the
+        // Acquire with `finish_turn`'s Release CAS (the list) if ours.
         if self.turn.fetch_or(LOCKED | REQUEST, Ordering::AcqRel) & LOCKED == 0 {
             self.pass(true, None);
         }
@@ -52,7 +53,8 @@ impl Inner {
         let mut spins = 0u32;
         loop {
             let now = self.turn.load(Ordering::Relaxed);
-            // Acquire: takes the list from the last holder.
+            // Acquire: pairs with the last holder's Release CAS in
+            // `finish_turn`: takes the list as it left it.
             if now & LOCKED == 0
                 && self
                     .turn
@@ -116,19 +118,23 @@ impl Inner {
                 at = unsafe { list.prev(node) };
             }
             // SAFETY: `tp` came off the inbox, so it is in no list through
-            // these links; `at` is linked here; the flag is the turn
-            // holder's.
-            unsafe {
-                list.insert_after(at, Handle::from_raw(tp));
-                tp.as_ref().linked.with_mut(|l| *l = true);
-            }
+            // these links.
+            let handle = unsafe { Handle::from_raw(tp) };
+            // SAFETY: `at` is linked here.
+            unsafe { list.insert_after(at, handle) };
+            // SAFETY: `tp` is linked here now, so valid (its owner's
+            // contract); the flag is the turn holder's.
+            unsafe { tp.as_ref() }
+                .linked
+                .with_mut(|l| unsafe { *l = true });
         }
         self.add_examined(examined);
         fired
     }
 
     /// Whether a timepoint may still wait: read by a signal after its CAS
-    /// on `value`. `unlinked` first, with acquire: every registration whose
+    /// on `value`. `unlinked` first, with acquire (it pairs with the Release
+    /// store in `count_unlinked`): every registration whose
     /// unlinking it counts happened before, so `registered` (read after)
     /// counts them too, and the difference is never below the timepoints
     /// still waiting (see the module docs).
@@ -139,7 +145,8 @@ impl Inner {
 
     /// Counts `n` unlinked timepoints: the turn's holder is the only
     /// writer (the turn orders holders), so a load and a store. Release:
-    /// a signal that reads the new count sees the registrations it covers.
+    /// pairs with the Acquire load in `has_waiting` (and mod.rs's
+    /// `timepoints_registered`): the reader sees the registrations it covers.
     pub(super) fn count_unlinked(&self, n: usize) {
         if n > 0 {
             let now = self.unlinked.load(Ordering::Relaxed);
@@ -177,8 +184,8 @@ impl Inner {
     /// reading the value (the latest may be higher; see below).
     pub(super) fn round(&self, requested: bool, signalled: Option<u64>, out: &mut Unlinked) {
         if requested {
-            // Acquire: what requesters did before asking (inbox pushes) is
-            // visible.
+            // Acquire: pairs with the requesters' AcqRel `fetch_or` in
+            // `request_pass`: what they did before asking is visible.
             self.turn.fetch_and(!REQUEST, Ordering::Acquire);
         }
         // Taken before the inbox: an abandoned timepoint was registered
@@ -209,6 +216,8 @@ impl Inner {
         // and its round reads (a re-round never uses `signalled`).
         // loom: `two_signals_racing_a_registration_fire_it_once` fails with
         // every round using the signalled value.
+        // AcqRel: pairs with the signals' AcqRel CAS in `advance_inner` and
+        // `fail`'s swap (mod.rs), both ways (see the module docs).
         let current = match signalled {
             Some(value) if !requested => value,
             _ => self.value.fetch_add(0, Ordering::AcqRel),
@@ -258,10 +267,12 @@ impl Inner {
             let linked = unsafe { tp.as_ref() }.linked.with(|l| unsafe { *l });
             if linked {
                 // SAFETY: linked in this list (the flag says so).
-                unsafe {
-                    let _ = list.remove(tp);
-                    tp.as_ref().linked.with_mut(|l| *l = false);
-                }
+                let _ = unsafe { list.remove(tp) };
+                // SAFETY: an abandoned timepoint stays valid until its
+                // callback runs (below); the flag is the turn holder's.
+                unsafe { tp.as_ref() }
+                    .linked
+                    .with_mut(|l| unsafe { *l = false });
                 unlinked += 1;
             }
             // SAFETY: in no list through these links now: unlinked above,
@@ -274,8 +285,10 @@ impl Inner {
     /// Gives the turn back, passing again while requests came in since the
     /// last pass, then fires `reached` and `failed` with no turn held.
     pub(super) fn finish_turn(&self, mut out: Unlinked) {
-        // Release: the next holder takes the list as we leave it. Fails
-        // while a request came in since the last pass: pass again.
+        // Release: pairs with the Acquire CASes and `fetch_or` of
+        // `request_pass` and `take_turn`: the next holder takes the list as
+        // we leave it. Fails while a request came in since the last pass:
+        // pass again.
         while self
             .turn
             .compare_exchange(LOCKED, 0, Ordering::Release, Ordering::Relaxed)
@@ -297,6 +310,7 @@ impl Inner {
     /// The stored failure. Only called once `value == FAILED_VALUE` was seen,
     /// which happens after the failure was published.
     pub(super) fn failure(&self) -> Error {
+        // Acquire: pairs with the Release of `fail`'s CAS (mod.rs): the error.
         let p = self.failure.load(Ordering::Acquire);
         if p.is_null() {
             return Error::new(ErrorKind::Internal, "semaphore failed without an error");
@@ -307,6 +321,8 @@ impl Inner {
 
     /// `Some` answer when `target` is reached or the semaphore failed.
     pub(super) fn check(&self, target: u64) -> Option<Registration> {
+        // Acquire: pairs with the signals' CAS in `advance_inner` and
+        // `fail`'s swap (mod.rs): `Reached` sees what the signaller wrote.
         match self.value.load(Ordering::Acquire) {
             FAILED_VALUE => Some(Registration::Failed(self.failure())),
             v if v >= target => Some(Registration::Reached),

@@ -43,8 +43,14 @@ impl BlockSource for GraphBlocks<'_> {
         match self {
             // SAFETY: forwarded contract.
             GraphBlocks::Own(c) => unsafe { c.release(block) },
-            // SAFETY: as in `acquire`; forwarded contract.
-            GraphBlocks::Lent(c) => unsafe { c.0.as_mut().release(block) },
+            GraphBlocks::Lent(c) => {
+                // SAFETY: a lent cache outlives the graph and nothing else
+                // borrows it now (`with_cache`'s contract); this borrow ends
+                // here.
+                let cache = unsafe { c.0.as_mut() };
+                // SAFETY: forwarded contract.
+                unsafe { cache.release(block) }
+            }
         }
     }
 }

@@ -203,12 +203,11 @@ impl<'e> Graph<'e> {
         let seq = self.count;
         self.count += 1;
         self.roots += 1;
+        // SAFETY: just created, ours.
+        self.barriers += u32::from(unsafe { task.as_ref() }.vtable.forks);
         // SAFETY: just created, ours, in no list; it stays allocated until
         // the graph submits or frees it.
-        unsafe {
-            self.barriers += u32::from(task.as_ref().vtable.forks);
-            self.tasks.push_back(Handle::from_raw(task));
-        }
+        self.tasks.push_back(unsafe { Handle::from_raw(task) });
         // Creation order is most often run order (a chain, a pipeline's
         // stages): the task made `PREFETCH_AHEAD` places before this one
         // hints at it, so the worker that runs that one starts fetching
@@ -220,11 +219,11 @@ impl<'e> Graph<'e> {
         let slot = &mut self.recent[seq as usize % PREFETCH_AHEAD];
         if let Some(TaskPtr(back)) = slot.replace(TaskPtr(task)) {
             // SAFETY: a task of this graph (not submitted while the graph
-            // can adopt), in no fork list (`FORKED` is clear).
-            unsafe {
-                if back.as_ref().build.get() & FORKED == 0 {
-                    set_prefetch_hint(back, task);
-                }
+            // can adopt).
+            if unsafe { back.as_ref() }.build.get() & FORKED == 0 {
+                // SAFETY: a task of this graph (not submitted while the
+                // graph can adopt), in no fork list (`FORKED` is clear).
+                unsafe { set_prefetch_hint(back, task) };
             }
         }
         Ok(TaskId {
@@ -509,9 +508,12 @@ impl<'e> Graph<'e> {
         if after.seq <= before.seq {
             return Err(backward(before, after));
         }
-        // SAFETY: tasks of this graph (checked), not submitted; only this
-        // graph touches them.
-        let (b, a) = unsafe { (before.task.as_ref(), after.task.as_ref()) };
+        // SAFETY: a task of this graph (checked), not submitted; only this
+        // graph touches it.
+        let b = unsafe { before.task.as_ref() };
+        // SAFETY: a task of this graph (checked), not submitted; only this
+        // graph touches it.
+        let a = unsafe { after.task.as_ref() };
         if b.completion_task.get().is_none() {
             // The first successor takes the completion task's place (the
             // retiring worker's fast path); `set_completion` may still
@@ -693,12 +695,12 @@ impl Drop for Batch<'_, '_> {
             return;
         }
         let chunks = std::mem::take(&mut self.chunks).finish();
-        // SAFETY: the batch's calls and join, made from the graph's cache
-        // and never handed out: ours alone.
-        unsafe {
-            free_chunks(&mut self.graph.cache, chunks);
-            free_unsubmitted(&mut self.graph.cache, self.join);
-        }
+        // SAFETY: the batch's calls, made from the graph's cache and never
+        // handed out: ours alone.
+        unsafe { free_chunks(&mut self.graph.cache, chunks) };
+        // SAFETY: the batch's join, made from the graph's cache and never
+        // handed out: ours alone.
+        unsafe { free_unsubmitted(&mut self.graph.cache, self.join) };
     }
 }
 
@@ -742,11 +744,12 @@ impl Drop for Graph<'_> {
             // SAFETY: the graph owns its unsubmitted tasks (`take_sole`
             // allows one never submitted).
             let sole = unsafe { take_sole(task) };
-            // SAFETY: as above; no borrow of the cache is held.
-            unsafe {
-                free_chunks(&mut self.cache, sole);
-                free_unsubmitted(&mut self.cache, task);
-            }
+            // SAFETY: the graph owns its unsubmitted tasks and their
+            // chunks; no borrow of the cache is held.
+            unsafe { free_chunks(&mut self.cache, sole) };
+            // SAFETY: the graph owns its unsubmitted tasks; no borrow of the
+            // cache is held.
+            unsafe { free_unsubmitted(&mut self.cache, task) };
         }
         if self.owns_scope {
             // SAFETY: the graph's own clone, dropped once, here.

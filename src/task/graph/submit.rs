@@ -100,12 +100,13 @@ impl Graph<'_> {
         // predecessor (and are not barriers, which `barriers` may link) go
         // into ready chunks; a barrier that is a root is ready itself.
         while let Some(b) = barriers.pop_front().map(Handle::into_raw) {
+            // SAFETY: a task of this graph, not yet handed over; the queue
+            // links of its dependents are free (above).
+            unsafe { chunk_sole_dependents(b) };
             // SAFETY: a task of this graph, not yet handed over.
-            unsafe {
-                chunk_sole_dependents(b);
-                if b.as_ref().unfinished.get() == 0 {
-                    push_ready(&mut first, &mut more, b);
-                }
+            if unsafe { b.as_ref() }.unfinished.get() == 0 {
+                // SAFETY: a task of this graph, not yet handed over, ready.
+                unsafe { push_ready(&mut first, &mut more, b) };
             }
         }
         let more = more.finish();
@@ -364,10 +365,9 @@ mod tests {
             all.push(t.into_raw());
         }
         // SAFETY: the graph's tasks, out of its list, not handed over.
-        let mut sole = unsafe {
-            chunk_sole_dependents(fork.task);
-            crate::task::kind::take_sole(fork.task)
-        };
+        unsafe { chunk_sole_dependents(fork.task) };
+        // SAFETY: the graph's tasks, out of its list, not handed over.
+        let mut sole = unsafe { crate::task::kind::take_sole(fork.task) };
         let mut lens = Vec::new();
         while let Some(head) = sole.pop_front().map(Handle::into_raw) {
             // SAFETY: a chunk's chain of this graph's tasks.

@@ -144,6 +144,8 @@ where
             // now, failed if a shard (or this one) failed, with no later
             // run; or, if they yielded with tiles left, it waits behind
             // the higher-priority work for its next phase.
+            // Acquire: pairs with no Release (`mark_failed` is Relaxed):
+            // the shards' marks are ordered before by `finish_one`'s AcqRel.
             if t.flags.load(Ordering::Acquire) & FLAG_FAILED != 0 {
                 return Outcome::Done(Err(Error::new(
                     ErrorKind::Aborted,
@@ -200,12 +202,17 @@ where
     const NAME: &'static str = "dispatch shard";
 
     unsafe fn run(task: NonNull<Task>, tasks: &mut TaskContext) -> Outcome {
+        // SAFETY: the calling worker owns the task (`run`'s contract).
+        let shard = unsafe { task.as_ref() };
         // SAFETY: the payload is a `ShardPayload` whose dispatch is suspended
         // (alive) until every shard retired.
-        let dispatch = unsafe { task.as_ref().payload::<ShardPayload<F>>() }.dispatch;
-        // SAFETY: as above; shards only read it and use its atomics.
-        let DispatchPayload { f, grid: p } =
-            unsafe { dispatch.as_ref().payload::<DispatchPayload<F>>() };
+        let dispatch = unsafe { shard.payload::<ShardPayload<F>>() }.dispatch;
+        // SAFETY: the dispatch is suspended (alive) until every shard
+        // retired.
+        let dispatch = unsafe { dispatch.as_ref() };
+        // SAFETY: its payload is a `DispatchPayload`; shards only read it
+        // and use its atomics.
+        let DispatchPayload { f, grid: p } = unsafe { dispatch.payload::<DispatchPayload<F>>() };
         let priority = Task::priority(task);
         let watch = tasks.watches(priority);
         let ctx = &*tasks;

@@ -17,8 +17,10 @@ impl Kind for FencePayload {
     const NAME: &'static str = "fence";
 
     unsafe fn run(task: NonNull<Task>, _tasks: &mut TaskContext) -> Outcome {
+        // SAFETY: the calling worker owns the task (`run`'s contract).
+        let t = unsafe { task.as_ref() };
         // SAFETY: the payload is a `FencePayload`.
-        let p = unsafe { task.as_ref().payload::<FencePayload>() };
+        let p = unsafe { t.payload::<FencePayload>() };
         Outcome::Done(match &p.signal {
             Some((sem, v)) => sem.signal(*v),
             None => Ok(()),

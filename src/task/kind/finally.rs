@@ -48,13 +48,12 @@ where
     }
 
     unsafe fn skip(task: NonNull<Task>) {
-        // SAFETY: as in `run`; the task keeps its scope alive.
-        let (p, t) = unsafe {
-            (
-                &mut *Task::payload_ptr::<FinallyPayload<F>>(task),
-                task.as_ref(),
-            )
-        };
+        // SAFETY: the payload is a `FinallyPayload<F>`, ours while
+        // skipping it.
+        let p = unsafe { &mut *Task::payload_ptr::<FinallyPayload<F>>(task) };
+        // SAFETY: the calling worker owns the task, which keeps its scope
+        // alive.
+        let t = unsafe { task.as_ref() };
         if let Some(f) = p.f.take().map(SmallBox::into_inner) {
             // SAFETY: as above.
             let error = unsafe { t.scope.as_ref() }

@@ -98,26 +98,64 @@ pub(crate) fn new_task<K: Kind, C: BlockSource + ?Sized>(
     let counted = unsafe { scope.as_ref() }.counted;
     let block = cache.acquire()?;
     let task = block.as_ptr().cast::<Task>();
-    // SAFETY: the block is ours, `TASK_BLOCK` bytes aligned to a cache line.
+    // The block is ours, `TASK_BLOCK` bytes aligned to a cache line.
     // Field by field: writing a whole `Task` value would copy its 192
     // uninitialized payload bytes too.
-    unsafe {
-        let t = task.as_ptr();
-        addr_of_mut!((*t).next).write(crate::list::SingleLinks::new());
-        addr_of_mut!((*t).fork_links).write(crate::list::SingleLinks::new());
-        addr_of_mut!((*t).completion_task).write(crate::sync::Cell::new(None));
-        addr_of_mut!((*t).unfinished).write(super::join_count::JoinCount::new(0));
-        addr_of_mut!((*t).flags).write(crate::sync::atomic::AtomicU32::new(0));
-        addr_of_mut!((*t).scope).write(scope);
-        addr_of_mut!((*t).vtable).write(vtable::<K>());
-        addr_of_mut!((*t).block).write(block.index());
-        addr_of_mut!((*t).build).write(crate::sync::Cell::new(0));
-        addr_of_mut!((*t).counted).write(counted);
-        addr_of_mut!((*t).runs).write(crate::sync::Cell::new(0));
-        addr_of_mut!((*t).priority).write(priority);
-        addr_of_mut!((*t).successors)
-            .write(crate::sync::Cell::new(super::edges::Successors::default()));
-        Task::payload_ptr::<K>(task).write(make());
-    }
+    let t = task.as_ptr();
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).next) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(crate::list::SingleLinks::new()) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).fork_links) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(crate::list::SingleLinks::new()) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).completion_task) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(crate::sync::Cell::new(None)) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).unfinished) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(super::join_count::JoinCount::new(0)) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).flags) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(crate::sync::atomic::AtomicU32::new(0)) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).scope) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(scope) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).vtable) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(vtable::<K>()) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).block) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(block.index()) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).build) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(crate::sync::Cell::new(0)) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).counted) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(counted) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).runs) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(crate::sync::Cell::new(0)) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).priority) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(priority) };
+    // SAFETY: a projection of `t`, in bounds of our task-sized block.
+    let field = unsafe { addr_of_mut!((*t).successors) };
+    // SAFETY: the field is in our block, aligned for a task.
+    unsafe { field.write(crate::sync::Cell::new(super::edges::Successors::default())) };
+    // SAFETY: the payload lies in our block, sized and aligned for a `K`
+    // (checked by `fits` above).
+    unsafe { Task::payload_ptr::<K>(task).write(make()) };
     Ok(task)
 }

@@ -119,6 +119,8 @@ impl WaitState {
             let _ = unsafe { waits.remove(NonNull::from(self)) };
             self.listed.set(false);
         }
+        // Release: pairs with the Acquire loads of the count in
+        // `Worker::nearest_deadline` and `expire_waits` (idle.rs); a hint.
         exec.suspended_waits.store(waits.len(), Ordering::Release);
     }
 }
@@ -126,9 +128,12 @@ impl WaitState {
 /// Timepoint callback of a wait task, fired or abandoned: requeue the
 /// task (flagged cancelled if abandoned at shutdown). Takes no lock.
 unsafe fn wait_wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
+    // SAFETY: the timepoint lies in the `WaitState` holding it, alive
+    // while the task is suspended (it is, until we requeue it).
+    let context = unsafe { tp.as_ref() }.context();
     // SAFETY: the context is the `WaitState` holding this timepoint, alive
     // while the task is suspended (it is, until we requeue it).
-    let state = unsafe { &*tp.as_ref().context().cast::<WaitState>() };
+    let state = unsafe { &*context.cast::<WaitState>() };
     // Our own reference to the executor: once the task is injected it may
     // run, retire (dropping the state's reference) and be the executor's
     // last task, and the executor may be freed before `notify` below.
@@ -137,6 +142,7 @@ unsafe fn wait_wake(tp: NonNull<Timepoint>, _result: Result<(), Error>) {
     };
     let task = state.task;
     // SAFETY: as above; read before the task is requeued.
+    // Acquire: pairs with the Release store in `begin_shutdown` (state.rs).
     if unsafe { tp.as_ref() }.is_abandoned() && shared.shutdown.load(Ordering::Acquire) {
         // SAFETY: the task is suspended and ours to requeue.
         unsafe { task.as_ref() }
@@ -167,6 +173,8 @@ impl Kind for WaitState {
         // now that no list holds it.
         let state = unsafe { &mut *ptr };
         // SAFETY: ours while running.
+        // Acquire: pairs with no Release (`wait_wake` sets the flag
+        // Relaxed); the injector's push and take order it before this run.
         if unsafe { task.as_ref() }.flags.load(Ordering::Acquire) & FLAG_CANCELLED != 0 {
             return Outcome::Done(Err(Error::new(
                 ErrorKind::Cancelled,
@@ -208,6 +216,8 @@ impl Kind for WaitState {
             // (the task is suspended, its block not freed, until then).
             match unsafe { state.sem.register(NonNull::from(&state.timepoint)) } {
                 Registration::Pending => {
+                    // Release: pairs with the count's Acquire loads in
+                    // idle.rs, as in `unlist`.
                     tasks
                         .executor()
                         .suspended_waits

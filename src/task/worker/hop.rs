@@ -180,14 +180,19 @@ impl ExecutorState {
     pub(crate) fn offer_turn(&self, slot: usize, turn: NonNull<()>) -> Result<(), NonNull<()>> {
         let cell = &self.turns[slot];
         debug_assert!(cell.load(Ordering::Relaxed).is_null(), "one turn a queue");
-        // Release: the old holder's passes happen before the taker's.
+        // Release: pairs with the Acquire swap in `Worker::run_turns`
+        // (run.rs): the old holder's passes happen before the taker's.
         cell.store(turn.as_ptr(), Ordering::Release);
+        // SeqCst: pairs with the fence in `Worker::execute` (run.rs), the
+        // Dekker protocol above.
         fence(Ordering::SeqCst);
         if self.has_idle_worker() {
             // Wakes a parked worker, or stops one from parking past it.
             self.notify();
             return Ok(());
         }
+        // Acquire: pairs with nothing: this reads our own store back or a
+        // worker's null (its swap is Acquire only); not needed.
         match NonNull::new(cell.swap(std::ptr::null_mut(), Ordering::Acquire)) {
             Some(back) => Err(back),
             // A worker took it meanwhile: it runs it.

@@ -83,10 +83,12 @@ impl Worker {
             let first = chunk.into_raw();
             // SAFETY: the chunk's chain (through queue links) was given up
             // to the injector and is ours now that the take gave us its
-            // head; a chunk's tasks but its head have a free fork link (a
-            // hint or nothing), which the injector's list may take.
+            // head.
             match unsafe { crate::list::links_next::<QueueLink>(first) } {
                 Some(second) => {
+                    // SAFETY: `second` is ours (the chunk's chain is); a
+                    // chunk's tasks but its head have a free fork link (a
+                    // hint or nothing), which the injector's list may take.
                     front.push_front(unsafe { Handle::from_raw(second) });
                     (first, false)
                 }
@@ -102,6 +104,9 @@ impl Worker {
         };
         // The chunk is gone: counted out (after the take, so the count
         // never reads zero while the chunk is out of sight).
+        // AcqRel: pairs with the Acquire load in `high_waiting` and the
+        // increments in `push_chunks` (state.rs); only the count is read
+        // through it (the tasks come through the injector's ordering).
         if gone && level == Priority::High {
             self.shared.high_chunks.fetch_sub(1, Ordering::AcqRel);
         }
@@ -287,6 +292,8 @@ impl Worker {
         // between another thread's swap read and write (loom issues #254,
         // #389): its waker then reads a stale `false` and the model
         // deadlocks with this worker parked. Parking is the slow path.
+        // Release: pairs with the Acquire of the swap in `Slot::wake`
+        // (state.rs), which then reads our thread handle.
         let _ = slot.sleeping.swap(true, Ordering::Release);
         if shared.sleep.announce(epoch) {
             let counters = &slot.counters;
@@ -320,7 +327,8 @@ impl Worker {
                 // nobody, a lost wake-up. The epoch read after it is an
                 // AcqRel RMW, so either that waker's bump comes after it
                 // (and the waker's flag swap then sees this `true`) or we
-                // see the bump and stay up.
+                // see the bump and stay up. AcqRel: pairs with the swap in
+                // `Slot::wake` (state.rs) like the first arm.
                 let _ = slot.sleeping.swap(true, Ordering::AcqRel);
                 if shared.sleep.epoch_now() != epoch {
                     WorkerCounters::bump(&counters.wakeups);
@@ -329,12 +337,16 @@ impl Worker {
             }
             crate::trace::span(crate::trace::Kind::Park, parked, 0, self.index as u64, 0);
         }
+        // Release: pairs with `Slot::wake`'s swap, which, reading `false`,
+        // reads nothing more: not needed (a swap for loom, as above).
         let _ = slot.sleeping.swap(false, Ordering::Release);
         shared.sleep.leave();
         true
     }
 
     fn nearest_deadline(&self) -> Option<Instant> {
+        // Acquire: pairs with the Release stores of the count (wait.rs,
+        // `expire_waits`); a hint: the list is read under its lock.
         if self.shared.suspended_waits.load(Ordering::Acquire) == 0 {
             return None;
         }
@@ -351,6 +363,8 @@ impl Worker {
     /// timepoints, whose callbacks requeue the tasks (see `WaitState`);
     /// `true` if it abandoned any.
     fn expire_waits(&mut self) -> bool {
+        // Acquire: pairs with the count's Release stores, as above; the
+        // `shutdown` load, with the Release store in `begin_shutdown`.
         if self.shared.suspended_waits.load(Ordering::Acquire) == 0 {
             return false;
         }
@@ -370,6 +384,8 @@ impl Worker {
                     unsafe { WaitState::expire(w, &mut waits, &mut claimed) };
                 }
             }
+            // Release: pairs with the Acquire loads of the count above and
+            // in `nearest_deadline` (a hint; the list is under the lock).
             self.shared
                 .suspended_waits
                 .store(waits.len(), Ordering::Release);

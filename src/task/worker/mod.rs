@@ -204,10 +204,13 @@ impl Worker {
 
     /// The worker's block cache (see [`Local::cache`]), for one operation.
     pub(super) fn cache(&mut self) -> &mut BlockCache<TaskPool> {
+        // SAFETY: owned by this worker until its drop; only shared
+        // references to it are ever made.
+        let local = unsafe { self.local.as_ref() };
         // SAFETY: the cache is this thread's alone and no other borrow of
         // it is live: every borrow (this one's users, a graph's lent
         // access) ends before user code can run (see `Local::cache`).
-        unsafe { &mut *self.local.as_ref().cache.get() }
+        unsafe { &mut *local.cache.get() }
     }
 
     fn local(&self) -> &Deque<TaskPtr> {
@@ -312,8 +315,11 @@ impl Worker {
         }
         if self.retired_live > 0 {
             let n = std::mem::take(&mut self.retired_live);
+            // AcqRel: the Release pairs with the Acquire load of `live` in
+            // `idle`'s exit check (idle.rs); the Acquire with the other
+            // workers' decrements here.
             if self.shared.live.fetch_sub(n, Ordering::AcqRel) == n {
-                // The last task retired. With the fences of
+                // The last task retired. The fence pairs with the fences of
                 // `begin_shutdown` and `idle`'s exit check (a store-load
                 // race): either this sees the shutdown and wakes everyone,
                 // or an idle worker that sees the shutdown also sees `live`

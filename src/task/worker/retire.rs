@@ -51,15 +51,19 @@ impl Worker {
         let successors = t.successors.get();
         if successors != Successors::default() {
             let local = self.local;
+            // SAFETY: the worker's `Local`, owned by this worker until its
+            // drop; only shared references to it are ever made.
+            let local = unsafe { local.as_ref() };
             // SAFETY: the worker's cache (see `cache`), borrowed for the
             // drain alone: the decrements and pushes below never touch it.
-            let cache = unsafe { &mut *local.as_ref().cache.get() };
+            let cache = unsafe { &mut *local.cache.get() };
+            let finish = |s: NonNull<Task>| {
+                // SAFETY: a successor outlives its predecessors.
+                unsafe { self.finish_predecessor(s, failed, &mut next) }
+            };
             // SAFETY: we own the finished task; its edge blocks came from
             // the task pool, which the worker's cache is a cache of.
-            unsafe {
-                // SAFETY (closure): a successor outlives its predecessors.
-                successors.drain(cache, |s| self.finish_predecessor(s, failed, &mut next))
-            };
+            unsafe { successors.drain(cache, finish) };
         }
         // SAFETY: we own the finished task.
         let mut dependents = unsafe { crate::task::kind::take_dependents(task) };
@@ -162,15 +166,15 @@ impl Worker {
 /// As for `SList::from_chain`: `head` starts a chain of tasks linked
 /// through `QueueLink` that the caller owns.
 pub(super) unsafe fn walk_chunk(head: NonNull<Task>) -> SList<QueueLink> {
+    let visit = |t: NonNull<Task>| {
+        // SAFETY: ours (per contract), and its fork link is free (a hint or
+        // nothing).
+        if let Some(ahead) = unsafe { crate::list::links_next::<ForkLink>(t) } {
+            Task::prefetch(ahead);
+        }
+    };
     // SAFETY: per contract; the visit reads only the fork links.
-    unsafe {
-        SList::from_chain_visiting(head, |t| {
-            // SAFETY: ours, and its fork link is free (a hint or nothing).
-            if let Some(ahead) = crate::list::links_next::<ForkLink>(t) {
-                Task::prefetch(ahead);
-            }
-        })
-    }
+    unsafe { SList::from_chain_visiting(head, visit) }
 }
 
 /// How far ahead in a ready chunk a task's prefetch hint points.

@@ -12,6 +12,9 @@ impl Worker {
             // `task`, which may block.
             self.busy = true;
             self.set_running(true);
+            // SeqCst: pairs with the fence in `ExecutorState::offer_turn`
+            // (hop.rs): flag store then slot loads here, slot store then
+            // flag loads there, so at least one sees the other.
             fence(Ordering::SeqCst);
             self.run_turns();
         }
@@ -102,6 +105,10 @@ impl Worker {
             {
                 self.flush();
             }
+            // Acquire: pairs with no Release (the flags are set Relaxed): a
+            // predecessor's mark comes before its AcqRel decrement of
+            // `unfinished` (a cancel before the injector's push), which
+            // orders it before this run.
             let flags = t.flags.load(Ordering::Acquire);
             let outcome = if flags & FLAG_FAILED != 0 {
                 // A predecessor failed: skip the payload (its failure is

@@ -68,13 +68,16 @@ impl Slot {
     /// Takes the slot's `sleeping` flag; if the worker was asleep, unparks
     /// it. `true` if it was.
     fn wake(&self) -> bool {
+        // AcqRel: the Acquire pairs with the worker's Release swaps of
+        // `true` in `Worker::idle` (idle.rs), which follow its handle write;
+        // the Release pairs with its AcqRel re-arm, which needs nothing of it.
         if !self.sleeping.swap(false, Ordering::AcqRel) {
             return false;
         }
-        // SAFETY: the swap read the worker's `true`, stored (Release) after
-        // it wrote its handle (`register_current`), which is never written
-        // again: this read is ordered after the only write.
         self.thread.with(|t| {
+            // SAFETY: the swap read the worker's `true`, stored (Release)
+            // after it wrote its handle (`register_current`), which is never
+            // written again: this read is ordered after the only write.
             if let Some(t) = unsafe { &*t } {
                 t.unpark();
             }
@@ -213,6 +216,8 @@ impl ExecutorState {
     /// counted (in the injector, or held by a taker for a moment).
     #[inline]
     pub(crate) fn high_waiting(&self) -> bool {
+        // Acquire: pairs with the AcqRel count RMWs in `push_chunks` and
+        // `Worker::take_level` (idle.rs); only the count is used.
         self.high_chunks.load(Ordering::Acquire) != 0
     }
 
@@ -248,6 +253,8 @@ impl ExecutorState {
             Some(first) if self.levels => {
                 let priority = Task::priority(first);
                 if priority == Priority::High {
+                    // AcqRel: pairs with `high_waiting`'s Acquire load and
+                    // the decrement in `Worker::take_level` (idle.rs).
                     self.high_chunks.fetch_add(chunks.len(), Ordering::AcqRel);
                 }
                 self.injector_for(priority)
@@ -284,7 +291,8 @@ impl ExecutorState {
 
     /// Starts the shutdown: workers exit once no task is left.
     pub(crate) fn begin_shutdown(&self) {
-        // Release: a worker that sees the flag (Acquire, in `idle`) also
+        // Release: pairs with the Acquire loads of the flag in `idle` (and
+        // `expire_waits`, `wait_wake`): a worker that sees the flag also
         // sees the tasks this thread counted in `live` before (a graph made
         // and submitted just before its executor is dropped). With Relaxed
         // on both sides the fences below do not order them when the
