@@ -34,6 +34,12 @@
 //!   cost counters.
 
 #![deny(unsafe_op_in_unsafe_fn)]
+// Every unsafe block states the invariant it relies on, one operation at
+// a time.
+#![deny(
+    clippy::undocumented_unsafe_blocks,
+    clippy::multiple_unsafe_ops_per_block
+)]
 #![warn(missing_docs)]
 // No public item hands out a type users cannot name.
 #![warn(unnameable_types)]

@@ -278,9 +278,11 @@ unsafe impl Counts for SlotHeader {
     }
 
     unsafe fn last_drop(this: NonNull<SlotHeader>) {
-        // SAFETY: the last handle: the slot is ours; `release` is its
-        // pool's, for its event type.
-        unsafe { ((*this.as_ptr()).release)(this) }
+        // SAFETY: the last handle: the slot is ours, valid until released.
+        let release = unsafe { (*this.as_ptr()).release };
+        // SAFETY: `release` is the slot's pool's, for its event type, and
+        // this is the one call (the last handle's).
+        unsafe { release(this) }
     }
 }
 

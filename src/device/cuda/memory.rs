@@ -66,23 +66,31 @@ unsafe impl Counts for CountedMem {
 
     unsafe fn last_drop(this: NonNull<CountedMem>) {
         let counted = this.as_ptr();
-        // SAFETY: the last handle: nothing else reaches the block. The
-        // memory is dropped once, in place; then the block goes home.
-        unsafe {
-            std::ptr::addr_of_mut!((*counted).mem).drop_in_place();
-            match std::ptr::read(&(*counted).home) {
-                Home::Heap => {
-                    // Freed without dropping its fields again: the memory
-                    // was dropped above, the count and `Heap` own nothing.
-                    drop(Box::from_raw(
-                        counted.cast::<std::mem::ManuallyDrop<CountedMem>>(),
-                    ));
-                }
-                Home::Pool { pool, index } => {
-                    let block = RawBlock::from_parts(this.cast::<u8>(), index);
-                    pool.blocks.release_raw(block);
-                    drop(pool);
-                }
+        // The last handle: nothing else reaches the block. The memory is
+        // dropped once, in place; then the block goes home.
+        // SAFETY: the block is valid until it goes home below.
+        let mem = unsafe { std::ptr::addr_of_mut!((*counted).mem) };
+        // SAFETY: initialized, dropped once (here).
+        unsafe { mem.drop_in_place() };
+        // SAFETY: the block is valid (above).
+        let home = unsafe { std::ptr::addr_of!((*counted).home) };
+        // SAFETY: `home` is moved out once; the block is not read again.
+        let home = unsafe { home.read() };
+        match home {
+            Home::Heap => {
+                // Freed without dropping its fields again: the memory was
+                // dropped above, the count and `Heap` own nothing.
+                let whole = counted.cast::<std::mem::ManuallyDrop<CountedMem>>();
+                // SAFETY: made by `Box::leak` in `boxed`, freed once.
+                drop(unsafe { Box::from_raw(whole) });
+            }
+            Home::Pool { pool, index } => {
+                // SAFETY: the handle starts block `index` of `pool.blocks`
+                // (`HandlePool::handle`).
+                let block = unsafe { RawBlock::from_parts(this.cast::<u8>(), index) };
+                // SAFETY: that pool's block, given back once.
+                unsafe { pool.blocks.release_raw(block) };
+                drop(pool);
             }
         }
     }

@@ -84,8 +84,10 @@ impl HostMem {
     /// `range` is in bounds.
     pub(crate) unsafe fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
         debug_assert!(range.start <= range.end && range.end <= self.len);
+        // SAFETY: `range.start` is in bounds (contract).
+        let first = unsafe { self.ptr.as_ptr().add(range.start) };
         // SAFETY: in bounds (contract); no writer while the caller holds.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(range.start), range.len()) }
+        unsafe { std::slice::from_raw_parts(first, range.len()) }
     }
 
     /// The bytes `range`, for a writer.
@@ -99,8 +101,10 @@ impl HostMem {
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn bytes_mut(&self, range: std::ops::Range<usize>) -> &mut [u8] {
         debug_assert!(range.start <= range.end && range.end <= self.len);
+        // SAFETY: `range.start` is in bounds (contract).
+        let first = unsafe { self.ptr.as_ptr().add(range.start) };
         // SAFETY: in bounds and unaliased (contract).
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(range.start), range.len()) }
+        unsafe { std::slice::from_raw_parts_mut(first, range.len()) }
     }
 
     /// The first byte (for copies within one buffer, which may overlap,
@@ -191,29 +195,37 @@ unsafe impl Counts for HostMem {
 
     unsafe fn last_drop(this: NonNull<HostMem>) {
         let mem = this.as_ptr();
-        // SAFETY: the last handle: nothing else reaches the memory.
-        unsafe {
-            match &(*mem).home {
-                Home::Heap { .. } => {
-                    let len = (*mem).len;
-                    std::alloc::dealloc(
-                        (*mem).ptr.as_ptr(),
-                        Layout::from_size_align_unchecked(len, BUFFER_ALIGN),
-                    );
-                    drop(Box::from_raw(mem));
-                }
-                Home::Pool { .. } => {
-                    let Home::Pool { pool, class, index } = std::ptr::read(&(*mem).home) else {
-                        unreachable!("matched above");
-                    };
-                    // The header goes with the block (its other fields own
-                    // nothing); the pool's handle was moved out above.
-                    let block = RawBlock::from_parts(this.cast::<u8>(), index);
-                    pool.classes[class].release_raw(block);
-                    drop(pool);
-                }
-            }
+        // SAFETY: the last handle: nothing else reaches the memory, which
+        // is valid until freed below.
+        let heap = matches!(unsafe { &(*mem).home }, Home::Heap { .. });
+        if heap {
+            // SAFETY: as above.
+            let bytes = unsafe { (*mem).ptr.as_ptr() };
+            // SAFETY: as above.
+            let len = unsafe { (*mem).len };
+            // SAFETY: `len` and `BUFFER_ALIGN` made a valid layout when
+            // the bytes were allocated (`zeroed_in`).
+            let layout = unsafe { Layout::from_size_align_unchecked(len, BUFFER_ALIGN) };
+            // SAFETY: allocated by `alloc_zeroed` with this layout, freed
+            // once (the last handle).
+            unsafe { std::alloc::dealloc(bytes, layout) };
+            // SAFETY: made by `Box::leak` in `zeroed_in`, freed once.
+            drop(unsafe { Box::from_raw(mem) });
+            return;
         }
+        // SAFETY: the header is valid until its block goes back below.
+        let home = unsafe { std::ptr::addr_of!((*mem).home) };
+        // SAFETY: a pooled header: its `home` is moved out here, once; its
+        // other fields own nothing, and the header goes with the block.
+        let Home::Pool { pool, class, index } = (unsafe { home.read() }) else {
+            unreachable!("matched above");
+        };
+        // SAFETY: the header starts block `index` of class `class`'s pool
+        // (`TransientPool::alloca`).
+        let block = unsafe { RawBlock::from_parts(this.cast::<u8>(), index) };
+        // SAFETY: that pool's block, given back once.
+        unsafe { pool.classes[class].release_raw(block) };
+        drop(pool);
     }
 }
 
@@ -273,17 +285,20 @@ impl TransientPool {
         let block = this.classes[class].acquire_raw()?;
         let base = block.as_ptr().as_ptr();
         let index = block.index();
-        // SAFETY: the block is ours (just acquired): `HEADER + (SMALLEST
-        // << class)` bytes at `base`, aligned to `BUFFER_ALIGN`, which
-        // fits a `HostMem` (`HEADER`) and `len` bytes after it.
+        // The block is ours (just acquired): `HEADER + (SMALLEST <<
+        // class)` bytes at `base`, aligned to `BUFFER_ALIGN`, which fits a
+        // `HostMem` (`HEADER`) and `len` bytes after it.
+        // SAFETY: `HEADER` is within the block.
+        let data = unsafe { base.add(HEADER) };
+        // Zeroed: safe code may read the bytes as any `Pod` type.
+        // SAFETY: `len` bytes from `data` are the block's (above).
+        unsafe { std::ptr::write_bytes(data, 0, len) };
+        let header = block.as_ptr().cast::<HostMem>();
+        // SAFETY: the block's start, aligned and sized for a `HostMem`.
         unsafe {
-            let data = base.add(HEADER);
-            // Zeroed: safe code may read the bytes as any `Pod` type.
-            std::ptr::write_bytes(data, 0, len);
-            let header = base.cast::<HostMem>();
             header.write(HostMem {
                 refs: AtomicUsize::new(1),
-                ptr: NonNull::new_unchecked(data),
+                ptr: NonNull::new(data).expect("an address inside a block"),
                 len,
                 hold: Hold::new_pending(),
                 device,
@@ -292,8 +307,10 @@ impl TransientPool {
                     class,
                     index,
                 },
-            });
-            Ok(Counted::from_raw(NonNull::new_unchecked(header)))
-        }
+            })
+        };
+        // SAFETY: written above, counted 1 (this handle); its block goes
+        // back only in its `last_drop`.
+        Ok(unsafe { Counted::from_raw(header) })
     }
 }

@@ -34,9 +34,9 @@ unsafe impl Counts for Recording {
         let recording = unsafe { &mut *this.as_ptr() };
         let panicked = recording.reset();
         match recording.pool.take() {
-            // SAFETY: cleared, in no list (it was handed out), and the pool
-            // frees it (or hands it out again) from here on.
             Some(pool) => {
+                // SAFETY: cleared, in no list (it was handed out), and the
+                // pool frees it (or hands it out again) from here on.
                 pool.free.push(unsafe { Handle::from_raw(this) });
                 // May be the pool's last reference: it then frees every
                 // recording it holds, this one included.
