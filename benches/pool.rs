@@ -40,7 +40,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use fenceline::pool::{BlockCache, BlockPool};
+use fenceline::testing::pool::{BlockCache, BlockPool};
 
 /// Block alignment of the `BlockPool` (a cache line).
 const ALIGN: usize = 64;

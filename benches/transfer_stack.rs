@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use crossbeam_queue::SegQueue;
-use fenceline::list::{Handle, SingleLinks, TransferStack};
+use fenceline::testing::list::{Handle, SingleLinks, TransferStack};
 
 /// Items sent per producer per round.
 const K: usize = 4096;
@@ -63,7 +63,7 @@ struct Node {
     value: u64,
 }
 
-fenceline::link!(NodeLink: SingleLinks<Node> => links);
+fenceline::testing::list::link!(NodeLink: SingleLinks<Node> => links);
 
 /// A `TransferStack` over a preallocated array of nodes, one per slot.
 struct Fenceline {

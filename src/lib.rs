@@ -24,14 +24,9 @@
 //!
 //! - `cuda`: the CUDA device (cudarc, loaded at run time: no CUDA toolkit
 //!   needed to build).
-//! - `testing`: the internal layers, for fenceline's own tests, benches,
-//!   fuzz targets and loom models, with no stability promise: `pool`
-//!   (block pool, per-owner cache), `list` (intrusive lists and the
-//!   transfer stack), `queue::testing` (a test backend),
-//!   `task::__model` (the executor's counters), and the raw plumbing under
-//!   the public types: `semaphore::timepoint` (registering, cancelling and
-//!   abandoning timepoints on a semaphore), device-signal records and
-//!   cost counters.
+//! - `testing`: `fenceline::testing`, fenceline's internals for its own tests,
+//!   benches, fuzz targets and loom models (no stability promise): the one
+//!   gate through which anything off the public surface is reached.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 // Every unsafe block states the invariant it relies on, one operation at
@@ -41,41 +36,19 @@
     clippy::multiple_unsafe_ops_per_block
 )]
 #![warn(missing_docs)]
+// Nothing is `pub` off the public surface but what `testing` re-exports.
+// Denied in the build with that feature, which has every item (CI's clippy
+// builds it); without it, the re-exported internals are `pub` items of
+// private modules, crate-private by construction.
+#![cfg_attr(feature = "testing", deny(unreachable_pub))]
 // No public item hands out a type users cannot name.
 #![warn(unnameable_types)]
 
-/// An item `pub` with the `testing` feature (fenceline's own tests,
-/// benches, fuzz targets and loom models reach it) and `pub(crate)`
-/// without: the raw plumbing under the public types (timepoint
-/// registration, device-signal records, cost counters), kept off the
-/// users' surface.
-macro_rules! testing_pub {
-    ($(#[$m:meta])* unsafe fn $($rest:tt)*) => {
-        #[cfg(feature = "testing")]
-        $(#[$m])* pub unsafe fn $($rest)*
-        #[cfg(not(feature = "testing"))]
-        $(#[$m])* pub(crate) unsafe fn $($rest)*
-    };
-    ($(#[$m:meta])* fn $($rest:tt)*) => {
-        #[cfg(feature = "testing")]
-        $(#[$m])* pub fn $($rest)*
-        #[cfg(not(feature = "testing"))]
-        $(#[$m])* pub(crate) fn $($rest)*
-    };
-}
-
 // First, with its `link!` macro: in scope for every module after it.
-#[cfg(feature = "testing")]
-#[macro_use]
-pub mod list;
-#[cfg(not(feature = "testing"))]
 #[macro_use]
 pub(crate) mod list;
 pub mod device;
 mod error;
-#[cfg(feature = "testing")]
-pub mod pool;
-#[cfg(not(feature = "testing"))]
 pub(crate) mod pool;
 mod prefetch;
 /// Bytes per cache line on the targets fenceline tunes for: the alignment
@@ -86,7 +59,7 @@ pub(crate) const CACHE_LINE: usize = 64;
 pub mod queue;
 pub mod semaphore;
 mod small_box;
-mod sync;
+pub(crate) mod sync;
 pub mod task;
 #[cfg(all(test, not(fenceline_loom)))]
 mod test_alloc;
@@ -105,28 +78,12 @@ pub use error::{Error, ErrorKind};
 #[cfg(feature = "trace")]
 pub use trace::Trace;
 
-/// Read-modify-writes (and `SeqCst` fences) the calling thread made
-/// through fenceline's atomics so far (`--cfg fenceline_count_rmw`, for the
-/// crate's own tests: its atomics count on every call).
-#[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
-#[doc(hidden)]
-pub use sync::rmw_count::{
-    counts as rmw_counts, link_reads, trace as rmw_trace, trace_all as rmw_trace_all,
-};
-
-/// fenceline's internals for its own tests and loom models (feature
-/// `testing`; no stability promise).
 #[cfg(feature = "testing")]
-#[doc(hidden)]
-pub mod testing {
-    /// The counted handle, for its loom model.
-    #[cfg(fenceline_loom)]
-    pub use crate::sync::counted::{Counted, Counts};
-}
+pub mod testing;
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
-pub use semaphore::{set_wait_yield, wait_all, wait_any, wait_yield, Semaphore, Timeout};
+pub use semaphore::{wait_all, wait_any, Semaphore, Timeout};
 pub use task::{Priority, Tile};

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fenceline::queue::{issue_passes_on_this_thread, ISSUE_PASSES_BEFORE_HAND_OFF};
+use fenceline::testing::{issue_passes_on_this_thread, ISSUE_PASSES_BEFORE_HAND_OFF};
 use fenceline::{CpuConfig, Device, Queue, Semaphore};
 
 const T: Duration = Duration::from_secs(30);

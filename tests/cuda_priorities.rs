@@ -7,6 +7,7 @@
 //! preferring a stream).
 #![cfg(feature = "cuda")]
 
+use fenceline::testing::{CudaInternals, CudaQueueInternals};
 use fenceline::{CudaConfig, Device, ErrorKind, Priority};
 
 #[path = "common/cuda.rs"]

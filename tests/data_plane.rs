@@ -6,6 +6,7 @@
 //! Each test names the guard it checks and the mutation that makes it
 //! fail.
 
+use fenceline::testing::BufferInternals;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::PendingQueue;
+use fenceline::testing::TestingBackend;
 use fenceline::{Device, DeviceStats, Error, ErrorKind, Semaphore};
 
 const T: Duration = Duration::from_secs(10);

@@ -11,6 +11,7 @@
 //! spinning until its callback ran, and a host wait's `unregister` doing
 //! the same) makes each of them time out.
 
+use fenceline::testing::SemaphoreInternals;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,6 +1,7 @@
 //! `EventPool` with a fake event that counts creations and destructions,
 //! and the semaphore's device-signal bookkeeping built on it.
 
+use fenceline::testing::SemaphoreInternals;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -184,7 +185,7 @@ fn device_signal_picks_the_smallest_value_reaching_and_never_leaks() {
 #[test]
 fn device_signal_table_is_bounded() {
     let counts = Arc::new(Counts::default());
-    let cap = fenceline::semaphore::DEVICE_SIGNALS as u32;
+    let cap = fenceline::testing::timepoint::DEVICE_SIGNALS as u32;
     let p = pool(&counts, 0, cap + 1);
     let s = Semaphore::new(0);
     for v in 1..=u64::from(cap) {

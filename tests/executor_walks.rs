@@ -16,8 +16,8 @@
 
 use std::time::Duration;
 
-use fenceline::link_reads;
 use fenceline::task::{Executor, ExecutorConfig, Scope};
+use fenceline::testing::link_reads;
 use fenceline::Priority;
 
 const SIZES: [usize; 3] = [4_096, 65_536, 262_144];

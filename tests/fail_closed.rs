@@ -1,7 +1,7 @@
 //! An execute whose finish cannot be joined to its last stage is dropped,
 //! never run: its tiles do not run, its holds go back, its signals fail.
 //! No input reaches that path (the crate builds the graph itself); a
-//! fault the tests inject (`fenceline::device::fail_next_execute_join`,
+//! fault the tests inject (`fenceline::testing::fail_next_execute_join`,
 //! feature `testing`) takes it. One test in its own binary: the fault is
 //! process-wide.
 //!
@@ -10,6 +10,7 @@
 //! (which does not wait for them) gave the holds and the recording back
 //! and signalled.
 
+use fenceline::testing::BufferInternals;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +45,7 @@ fn an_execute_whose_finish_cannot_join_is_dropped_not_run() {
     .unwrap();
     cb.end().unwrap();
     let s = Semaphore::new(0);
-    fenceline::device::fail_next_execute_join();
+    fenceline::testing::fail_next_execute_join();
     q.execute(&[], &[(&s, 1)], &[&cb]).unwrap();
     let e = s.wait(1, Duration::from_secs(10)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Internal, "{e}");

@@ -3,8 +3,8 @@
 
 use std::ptr::NonNull;
 
-use fenceline::list::{Handle, SingleLinks, TransferStack};
-use fenceline::pool::{BlockPool, BlockPoolConfig, RawBlock};
+use fenceline::testing::list::{Handle, SingleLinks, TransferStack};
+use fenceline::testing::pool::{BlockPool, BlockPoolConfig, RawBlock};
 
 mod common;
 
@@ -16,7 +16,7 @@ struct Msg {
     block: RawBlock,
     value: u64,
 }
-fenceline::link!(MsgLink: SingleLinks<Msg> => links);
+fenceline::testing::list::link!(MsgLink: SingleLinks<Msg> => links);
 
 /// One round: two threads each move `n` messages built in pool blocks
 /// through the stack; this thread takes them, checks and frees them.

@@ -4,7 +4,9 @@
 use std::collections::VecDeque;
 use std::ptr::NonNull;
 
-use fenceline::list::{DList, DoubleLinks, Handle, Link, SList, SingleLinks, TransferStack};
+use fenceline::testing::list::{
+    DList, DoubleLinks, Handle, Link, SList, SingleLinks, TransferStack,
+};
 use proptest::prelude::*;
 
 struct Node {
@@ -13,8 +15,8 @@ struct Node {
     double: DoubleLinks<Node>,
 }
 
-fenceline::link!(Single: SingleLinks<Node> => single);
-fenceline::link!(Double: DoubleLinks<Node> => double);
+fenceline::testing::list::link!(Single: SingleLinks<Node> => single);
+fenceline::testing::list::link!(Double: DoubleLinks<Node> => double);
 
 /// `N` heap nodes and the ids of those not linked anywhere.
 struct Nodes {

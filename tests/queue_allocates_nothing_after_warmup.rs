@@ -2,8 +2,8 @@
 //! waits and 2 signals on the testing backend allocate nothing after
 //! warm-up.
 
-use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::PendingQueue;
+use fenceline::testing::TestingBackend;
 use fenceline::Semaphore;
 
 mod common;

@@ -1,11 +1,12 @@
 //! Scenario tests of the pending queue on the deterministic testing backend.
 
+use fenceline::testing::{PendingQueueInternals, SemaphoreInternals};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::{Backend, Completion, PendingQueue};
 use fenceline::semaphore::{AnyEvent, EventPool};
+use fenceline::testing::TestingBackend;
 use fenceline::{Error, ErrorKind, Semaphore};
 
 fn queue() -> PendingQueue<TestingBackend> {
@@ -402,7 +403,7 @@ fn dropping_a_completion_fails_its_signals() {
 
 #[test]
 fn completion_stack_hands_over_in_order_and_a_dropped_one_fails_its_actions() {
-    use fenceline::queue::CompletionStack;
+    use fenceline::testing::CompletionStack;
     let q = PendingQueue::new(TestingBackend::new(false)).unwrap();
     let (a, b, c) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
     q.submit(&[], &[(&a, 1)], 1).unwrap();
@@ -539,7 +540,7 @@ impl Backend for Lockstep {
 fn a_submitter_hands_the_turn_off_under_a_steady_stream() {
     use Ordering::SeqCst;
     const LAST: u64 = 200;
-    assert_eq!(fenceline::queue::ISSUE_PASSES_BEFORE_HAND_OFF, 1);
+    assert_eq!(fenceline::testing::ISSUE_PASSES_BEFORE_HAND_OFF, 1);
     let q = Arc::new(
         PendingQueue::new(Lockstep {
             issued: AtomicU64::new(u64::MAX),

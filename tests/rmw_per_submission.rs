@@ -14,9 +14,8 @@
 
 use std::time::Duration;
 
-use fenceline::{
-    rmw_counts, Binding, CommandBuffer, CpuConfig, Device, Queue, Semaphore, Tile, TileIo,
-};
+use fenceline::testing::rmw_counts;
+use fenceline::{Binding, CommandBuffer, CpuConfig, Device, Queue, Semaphore, Tile, TileIo};
 
 const T: Duration = Duration::from_secs(10);
 const FRAMES: usize = 200;
@@ -463,22 +462,25 @@ fn rmw_sites() {
             println!("  {site}");
         }
     };
-    fenceline::rmw_trace(true);
+    fenceline::testing::rmw_trace(true);
     queue.execute(&[], &[(&s, WARM + 1)], &[&cb]).unwrap();
-    print("execute, ready", fenceline::rmw_trace(false));
+    print("execute, ready", fenceline::testing::rmw_trace(false));
     s.wait(WARM + 1, T).unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    fenceline::rmw_trace_all(true);
+    fenceline::testing::rmw_trace_all(true);
     queue.execute(&[], &[(&s, WARM + 2)], &[&cb]).unwrap();
     s.wait(WARM + 2, T).unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    print("one frame, every thread", fenceline::rmw_trace_all(false));
+    print(
+        "one frame, every thread",
+        fenceline::testing::rmw_trace_all(false),
+    );
     queue
         .execute(&[(&gate, 1)], &[(&s, WARM + 3)], &[&cb])
         .unwrap();
-    fenceline::rmw_trace(true);
+    fenceline::testing::rmw_trace(true);
     gate.signal(1).unwrap();
-    print("signal that readies", fenceline::rmw_trace(false));
+    print("signal that readies", fenceline::testing::rmw_trace(false));
     s.wait(WARM + 3, T).unwrap();
 }
 

@@ -8,6 +8,7 @@
 use std::thread;
 use std::time::Duration;
 
+use fenceline::testing::SemaphoreInternals;
 use fenceline::Semaphore;
 
 mod common;

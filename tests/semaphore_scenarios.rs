@@ -1,13 +1,14 @@
 //! Scenario tests of timeline semaphores: values, failure, host waits,
 //! timepoints. Every blocking wait has a timeout so a bug fails, not hangs.
 
+use fenceline::testing::SemaphoreInternals;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fenceline::semaphore::{Registration, Timepoint, TimepointPool};
+use fenceline::testing::timepoint::{Registration, Timepoint, TimepointPool};
 use fenceline::{wait_all, wait_any, Error, ErrorKind, Semaphore, Timeout};
 
 // Under Miri (about a thousand times slower) a hang limit of 10 s fails

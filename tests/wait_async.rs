@@ -3,6 +3,7 @@
 //! 10k futures released by one signal; dropped futures; failures; waker
 //! replacement.
 
+use fenceline::testing::SemaphoreInternals;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,6 +7,7 @@
 //! checked, the callback not giving back a node whose future dropped
 //! first fails this test).
 
+use fenceline::testing::SemaphoreInternals;
 use std::cell::RefCell;
 use std::future::Future;
 use std::marker::PhantomData;

@@ -2,10 +2,12 @@
 //! (registers its timepoints). A test binary of its own: the setting is
 //! process-wide.
 
+use fenceline::testing::SemaphoreInternals;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fenceline::{set_wait_yield, wait_yield, ErrorKind, Semaphore};
+use fenceline::semaphore::{set_wait_yield, wait_yield};
+use fenceline::{ErrorKind, Semaphore};
 
 /// Whether `s` gets a registered timepoint within `within` (polled).
 fn registers_within(s: &Semaphore, within: Duration) -> bool {

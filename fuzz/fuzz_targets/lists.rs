@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::ptr::NonNull;
 
-use fenceline::list::{DList, DoubleLinks, Handle, Link, SList, SingleLinks, TransferStack};
+use fenceline::testing::list::{DList, DoubleLinks, Handle, Link, SList, SingleLinks, TransferStack};
 use libfuzzer_sys::fuzz_target;
 
 struct Node {
@@ -13,8 +13,8 @@ struct Node {
     single: SingleLinks<Node>,
     double: DoubleLinks<Node>,
 }
-fenceline::link!(Single: SingleLinks<Node> => single);
-fenceline::link!(Double: DoubleLinks<Node> => double);
+fenceline::testing::list::link!(Single: SingleLinks<Node> => single);
+fenceline::testing::list::link!(Double: DoubleLinks<Node> => double);
 
 const NODES: usize = 32;
 

@@ -3,7 +3,7 @@
 //! caught by the generation tag, and every block is back at the end.
 #![cfg(fenceline_loom)]
 
-use fenceline::pool::{BlockPool, BlockPoolConfig};
+use fenceline::testing::pool::{BlockPool, BlockPoolConfig};
 use fenceline::ErrorKind;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
@@ -129,7 +129,7 @@ fn caches_pop_chains_against_each_other() {
     // pops [A, B] and gives A back alone (head is A again, now followed by
     // C), while the other thread's chain pop may have read "A then B": the
     // generation tag must reject that stale chain, or B gets two owners.
-    use fenceline::pool::BlockCache;
+    use fenceline::testing::pool::BlockCache;
     loom::model(|| {
         let pool = Arc::new(pool(4, 4));
         pool.preallocate(4).unwrap();

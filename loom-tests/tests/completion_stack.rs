@@ -9,8 +9,9 @@
 //! (a lost one deadlocks the model).
 #![cfg(fenceline_loom)]
 
-use fenceline::queue::testing::TestingBackend;
-use fenceline::queue::{CompletionStack, PendingQueue};
+use fenceline::queue::PendingQueue;
+use fenceline::testing::CompletionStack;
+use fenceline::testing::TestingBackend;
 use fenceline::Semaphore;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::{Arc, Notify};

@@ -1,10 +1,10 @@
 //! loom models of the executor's lock-free pieces, using the very counters
-//! the executor runs (`fenceline::task::__model`): the join counter, the
+//! the executor runs (`fenceline::testing::executor`): the join counter, the
 //! sleep/wake protocol, tile claiming, and a scope's first error.
 #![cfg(fenceline_loom)]
 
-use fenceline::task::__model::{JoinCount, SleepState, TileCounter};
 use fenceline::task::Scope;
+use fenceline::testing::executor::{JoinCount, SleepState, TileCounter};
 use fenceline::{Error, ErrorKind};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -6,7 +6,7 @@
 //! unordered (a causality violation).
 #![cfg(fenceline_loom)]
 
-use fenceline::device::data::hold::{Access, Hold};
+use fenceline::testing::hold::{Access, Hold};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;

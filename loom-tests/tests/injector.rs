@@ -6,7 +6,7 @@
 
 use std::ptr::NonNull;
 
-use fenceline::list::{Handle, Injector, SingleLinks, Take};
+use fenceline::testing::list::{Handle, Injector, SingleLinks, Take};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
@@ -16,7 +16,7 @@ struct Node {
     links: SingleLinks<Node>,
 }
 
-fenceline::link!(NodeLink: SingleLinks<Node> => links);
+fenceline::testing::list::link!(NodeLink: SingleLinks<Node> => links);
 
 /// A node pointer handed to another thread.
 #[derive(Clone, Copy)]

@@ -8,7 +8,7 @@
 
 use std::ptr::NonNull;
 
-use fenceline::queue::issuer::IssuerThread;
+use fenceline::testing::issuer::IssuerThread;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;

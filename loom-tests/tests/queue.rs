@@ -15,8 +15,8 @@
 //! issuer state's concurrent access).
 #![cfg(fenceline_loom)]
 
-use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::PendingQueue;
+use fenceline::testing::TestingBackend;
 use fenceline::{ErrorKind, Semaphore};
 use loom::sync::Arc;
 use loom::thread;

@@ -8,9 +8,10 @@
 //! from its last holder) fails every model here but the event handle's.
 #![cfg(fenceline_loom)]
 
+use fenceline::testing::SemaphoreInternals;
 use std::ptr::NonNull;
 
-use fenceline::semaphore::{Registration, Timepoint};
+use fenceline::testing::timepoint::{Registration, Timepoint};
 use fenceline::{Error, ErrorKind, Semaphore, Timeout};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;

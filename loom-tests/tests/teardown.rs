@@ -6,9 +6,9 @@
 //! not hold a reference across the hand-off (the mutation named on each).
 #![cfg(fenceline_loom)]
 
-use fenceline::queue::testing::TestingBackend;
 use fenceline::queue::PendingQueue;
 use fenceline::task::{Executor, ExecutorConfig};
+use fenceline::testing::TestingBackend;
 use fenceline::{CpuConfig, Device, ErrorKind, Semaphore};
 use fenceline_loom_tests::{big_model, submit_wait_then_fence};
 use loom::thread;

@@ -5,7 +5,7 @@
 
 use std::ptr::NonNull;
 
-use fenceline::list::{Handle, SingleLinks, TransferStack};
+use fenceline::testing::list::{Handle, SingleLinks, TransferStack};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -14,7 +14,7 @@ struct Node {
     links: SingleLinks<Node>,
 }
 
-fenceline::link!(NodeLink: SingleLinks<Node> => links);
+fenceline::testing::list::link!(NodeLink: SingleLinks<Node> => links);
 
 /// A node pointer handed to a producer thread.
 struct Send_(NonNull<Node>);

@@ -4,6 +4,7 @@
 //! a loom atomic).
 #![cfg(fenceline_loom)]
 
+use fenceline::testing::SemaphoreInternals;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Wake, Waker};

@@ -1,7 +1,7 @@
 //! Devices: the CPU device (embedded default) and, with feature `cuda`,
 //! the CUDA device.
 //!
-//! A [`Device`] owns one [`PendingQueue`] per queue. On the CPU device
+//! A [`Device`] owns one [`PendingQueue`](crate::queue::PendingQueue) per queue. On the CPU device
 //! each submission runs as a task DAG built in pool memory on the device's
 //! executor; on the CUDA device it is issued to the queue's stream (see
 //! the `cuda` module, feature `cuda`). [`Queue::execute`] submits command buffers gated by
@@ -18,7 +18,7 @@ macro_rules! used_by_cuda {
 }
 
 mod command_buffer;
-mod cpu;
+pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 // Without the feature, `device::cuda` is the stand-ins: the same names,
@@ -26,9 +26,6 @@ pub mod cuda;
 #[cfg(not(feature = "cuda"))]
 #[path = "no_cuda.rs"]
 mod cuda;
-#[cfg(feature = "testing")]
-pub mod data;
-#[cfg(not(feature = "testing"))]
 pub(crate) mod data;
 pub(crate) mod host_fn;
 mod queue;
@@ -40,9 +37,6 @@ mod work;
 use std::fmt;
 use std::sync::Arc;
 
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use cpu::fail_next_execute_join;
 pub use cpu::{CpuConfig, EXECUTE_INLINE_COMMAND_BUFFERS};
 #[cfg(feature = "cuda")]
 pub use cuda::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel, KernelArg};

@@ -39,8 +39,8 @@ pub struct DeviceStats {
     pub steals: u64,
     /// Times a thread that took a queue's issuer turn (a submitter, a
     /// signaller) handed it to a worker instead of serving other threads'
-    /// requests on (CPU device; see
-    /// [`ISSUE_PASSES_BEFORE_HAND_OFF`](crate::queue::ISSUE_PASSES_BEFORE_HAND_OFF)).
+    /// requests on (CPU device: after one pass of its own; see
+    /// [`Backend::wants_turn`](crate::queue::Backend::wants_turn)).
     pub issuer_hand_offs: u64,
     /// Events the device created (CUDA device: each created once, then
     /// reused; 0 on the CPU device).

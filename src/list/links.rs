@@ -260,11 +260,11 @@ pub(crate) unsafe fn set_double_prev<L: DoubleLink>(
 ///
 /// ```
 /// use std::ptr::NonNull;
-/// use fenceline::list::{DoubleLinks, Handle, SList, SingleLinks};
+/// use fenceline::testing::list::{link, DoubleLinks, Handle, SList, SingleLinks};
 ///
 /// struct Job { id: u32, queued: SingleLinks<Job>, waiting: DoubleLinks<Job> }
-/// fenceline::link!(JobQueue: SingleLinks<Job> => queued);
-/// fenceline::link!(JobWait: DoubleLinks<Job> => waiting);
+/// link!(JobQueue: SingleLinks<Job> => queued);
+/// link!(JobWait: DoubleLinks<Job> => waiting);
 ///
 /// let mut a = Job { id: 1, queued: SingleLinks::new(), waiting: DoubleLinks::new() };
 /// let mut b = Job { id: 2, queued: SingleLinks::new(), waiting: DoubleLinks::new() };
@@ -277,34 +277,53 @@ pub(crate) unsafe fn set_double_prev<L: DoubleLink>(
 /// let ids: Vec<u32> = list.iter().map(|n| unsafe { n.as_ref() }.id).collect();
 /// assert_eq!(ids, [1, 2]);
 /// ```
-// Exported only with the `testing` feature (the list module is public only
-// there). The crate's own uses reach it by textual scope (`#[macro_use]` on
-// `mod links` and `mod list`, declared first): a `pub(crate) use link;`
-// would clash with the builtin `#[link]` attribute. `local_inner_macros`
-// makes the exported macro's call to itself `$crate::link!`.
-#[cfg_attr(feature = "testing", macro_export(local_inner_macros))]
+// The crate's own uses reach it by textual scope (`#[macro_use]` on `mod
+// links` and `mod list`, declared first): a `pub(crate) use link;` would
+// clash with the builtin `#[link]` attribute. With the `testing` feature it
+// is exported too (`fenceline::testing::list::link!`) and names the list
+// traits through `testing`, the path that exists outside the crate;
+// `local_inner_macros` makes its call of `link_impl!` `$crate::link_impl!`.
+#[cfg(feature = "testing")]
+#[macro_export(local_inner_macros)]
+#[doc(hidden)]
 macro_rules! link {
     ($(#[$meta:meta])* $vis:vis $name:ident : SingleLinks<$node:ty> => $field:ident) => {
-        link!(@impl $(#[$meta])* $vis $name, $node, $field, SingleLink, SingleLinks);
+        link_impl!([$crate::testing::list] $(#[$meta])* $vis $name, $node, $field, SingleLink, SingleLinks);
     };
     ($(#[$meta:meta])* $vis:vis $name:ident : DoubleLinks<$node:ty> => $field:ident) => {
-        link!(@impl $(#[$meta])* $vis $name, $node, $field, DoubleLink, DoubleLinks);
+        link_impl!([$crate::testing::list] $(#[$meta])* $vis $name, $node, $field, DoubleLink, DoubleLinks);
     };
-    (@impl $(#[$meta:meta])* $vis:vis $name:ident, $node:ty, $field:ident,
+}
+
+#[cfg(not(feature = "testing"))]
+macro_rules! link {
+    ($(#[$meta:meta])* $vis:vis $name:ident : SingleLinks<$node:ty> => $field:ident) => {
+        link_impl!([$crate::list] $(#[$meta])* $vis $name, $node, $field, SingleLink, SingleLinks);
+    };
+    ($(#[$meta:meta])* $vis:vis $name:ident : DoubleLinks<$node:ty> => $field:ident) => {
+        link_impl!([$crate::list] $(#[$meta])* $vis $name, $node, $field, DoubleLink, DoubleLinks);
+    };
+}
+
+/// `link!`'s expansion, the list module's path given.
+#[cfg_attr(feature = "testing", macro_export)]
+#[doc(hidden)]
+macro_rules! link_impl {
+    ([$($list:tt)*] $(#[$meta:meta])* $vis:vis $name:ident, $node:ty, $field:ident,
      $link:ident, $links:ident) => {
         $(#[$meta])*
         #[derive(Debug)]
         $vis enum $name {}
-        impl $crate::list::Link for $name {
+        impl $($list)*::Link for $name {
             type Node = $node;
         }
         // SAFETY: `links` projects to the named field of the node, without
         // reading or writing it.
-        unsafe impl $crate::list::$link for $name {
+        unsafe impl $($list)*::$link for $name {
             #[inline]
             unsafe fn links(
                 node: ::core::ptr::NonNull<$node>,
-            ) -> ::core::ptr::NonNull<$crate::list::$links<$node>> {
+            ) -> ::core::ptr::NonNull<$($list)*::$links<$node>> {
                 // SAFETY: a field projection of a node pointer is in bounds
                 // and non-null.
                 unsafe {

@@ -21,7 +21,7 @@ use crate::error::Error;
 /// [`flush`](Self::flush), returns them.
 ///
 /// ```
-/// use fenceline::pool::{BlockCache, BlockPool};
+/// use fenceline::testing::pool::{BlockCache, BlockPool};
 /// let pool = BlockPool::new(64, 64)?;
 /// let mut cache: BlockCache<&BlockPool> = BlockCache::new(&pool);
 /// let block = cache.acquire()?;

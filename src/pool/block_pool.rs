@@ -104,7 +104,7 @@ impl Default for BlockPoolConfig {
 /// pool has grown to its working size; see the module docs for the scheme.
 ///
 /// ```
-/// use fenceline::pool::BlockPool;
+/// use fenceline::testing::pool::BlockPool;
 /// let pool = BlockPool::new(256, 64)?;
 /// let block = pool.acquire()?;
 /// assert_eq!(block.as_ptr().as_ptr() as usize % 64, 0);

@@ -4,9 +4,12 @@
 use std::fmt;
 use std::ptr::NonNull;
 
-use super::action::{QueueAction, SubmitLink};
+use super::action::QueueAction;
+#[cfg(any(feature = "cuda", feature = "testing", test))]
+use super::action::SubmitLink;
 use super::pending::QueueState;
 use crate::error::{Error, ErrorKind};
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 use crate::list::{Handle, SList, TransferStack};
 use crate::semaphore::{AnyEvent, Semaphore};
 
@@ -44,8 +47,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// The thread that takes the turn (a submitter, or a signaller whose
     /// signal woke an action) handles its own action, then serves the
     /// requests other threads made meanwhile. After
-    /// [`ISSUE_PASSES_BEFORE_HAND_OFF`](super::ISSUE_PASSES_BEFORE_HAND_OFF)
-    /// such passes, if requests keep coming, the queue asks this (once
+    /// a bounded number of such passes (one), if requests keep coming, the queue asks this (once
     /// per drain), so that a `submit` or `signal` can return in bounded
     /// time under a steady stream from other threads.
     ///
@@ -240,6 +242,7 @@ impl<B: Backend> Completion<B> {
     /// # Safety
     /// `raw` is an issued action of a `PendingQueue<B>` whose token was
     /// forgotten (see [`CompletionStack::push`]); taken back once.
+    #[cfg(any(feature = "cuda", feature = "testing", test))]
     unsafe fn from_raw(raw: *mut ()) -> Completion<B> {
         let action = raw.cast::<QueueAction<B::Payload>>();
         // SAFETY: per contract, a live issued action; its owner is the
@@ -301,6 +304,7 @@ impl<B: Backend> Drop for Completion<B> {
     }
 }
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 /// A lock-free stack of issued actions, for a backend that hands
 /// completions from one thread (a driver callback) to another. It links
 /// the actions through their own submit links (free once issued): no
@@ -309,11 +313,14 @@ pub struct CompletionStack<B: Backend> {
     stack: TransferStack<SubmitLink<B::Payload>>,
 }
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 // SAFETY: the stack owns the pushed actions (payloads are `Send`).
 unsafe impl<B: Backend> Send for CompletionStack<B> {}
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 // SAFETY: push and take_all are lock-free and safe from any thread.
 unsafe impl<B: Backend> Sync for CompletionStack<B> {}
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 impl<B: Backend> Default for CompletionStack<B> {
     fn default() -> Self {
         CompletionStack {
@@ -322,12 +329,14 @@ impl<B: Backend> Default for CompletionStack<B> {
     }
 }
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 impl<B: Backend> fmt::Debug for CompletionStack<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("CompletionStack")
     }
 }
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 impl<B: Backend> CompletionStack<B> {
     /// Pushes an issued action; only atomic operations (safe in a driver
     /// callback).
@@ -354,12 +363,14 @@ impl<B: Backend> CompletionStack<B> {
     }
 }
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 /// Actions taken from a [`CompletionStack`], oldest first: an iterator,
 /// and a FIFO a backend can keep and [`append`](Self::append) to.
 pub struct Completions<B: Backend> {
     list: SList<SubmitLink<B::Payload>>,
 }
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 impl<B: Backend> Completions<B> {
     /// Adds `more` (taken later) behind these.
     pub fn append(&mut self, mut more: Completions<B>) {
@@ -377,6 +388,7 @@ impl<B: Backend> Completions<B> {
     }
 }
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 impl<B: Backend> fmt::Debug for Completions<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Completions")
@@ -385,6 +397,7 @@ impl<B: Backend> fmt::Debug for Completions<B> {
     }
 }
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 impl<B: Backend> Iterator for Completions<B> {
     type Item = Completion<B>;
 
@@ -397,6 +410,7 @@ impl<B: Backend> Iterator for Completions<B> {
     }
 }
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 impl<B: Backend> Drop for Completions<B> {
     fn drop(&mut self) {
         for work in self.by_ref() {
@@ -405,6 +419,7 @@ impl<B: Backend> Drop for Completions<B> {
     }
 }
 
+#[cfg(any(feature = "cuda", feature = "testing", test))]
 impl<B: Backend> Drop for CompletionStack<B> {
     fn drop(&mut self) {
         // Complete (with an error) anything left rather than strand it.

@@ -44,20 +44,15 @@
 //!   complete, and returns all memory.
 
 mod action;
-mod backend;
-/// The issuer thread (public for the crate's loom models).
-#[cfg(feature = "testing")]
-pub mod issuer;
-#[cfg(not(feature = "testing"))]
+pub(crate) mod backend;
 pub(crate) mod issuer;
-mod pending;
+pub(crate) mod pending;
 #[cfg(any(test, feature = "testing"))]
-pub mod testing;
+pub(crate) mod testing;
 
 pub(crate) use backend::Internal;
-pub use backend::{Backend, Completion, CompletionStack, Completions, IssueTurn};
+pub use backend::{Backend, Completion, IssueTurn};
+#[cfg(feature = "cuda")]
+pub(crate) use backend::{CompletionStack, Completions};
 pub(crate) use pending::in_issue_pass;
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use pending::issue_passes_on_this_thread;
-pub use pending::{PendingQueue, QueueStats, ISSUE_PASSES_BEFORE_HAND_OFF};
+pub use pending::{PendingQueue, QueueStats};

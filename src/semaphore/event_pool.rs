@@ -20,9 +20,9 @@ use crate::sync::counted::{Counted, Counts};
 use crate::sync::{Arc, UnsafeCell};
 
 /// Creates one device event (the backend's, e.g. `cuEventCreate`).
-pub type CreateFn<E> = Box<dyn Fn() -> Result<E, Error> + Send + Sync>;
+pub(crate) type CreateFn<E> = Box<dyn Fn() -> Result<E, Error> + Send + Sync>;
 /// Destroys one device event when the pool goes away.
-pub type DestroyFn<E> = Box<dyn Fn(E) + Send + Sync>;
+pub(crate) type DestroyFn<E> = Box<dyn Fn(E) + Send + Sync>;
 
 /// Type-independent start of every slot, what an [`AnyEvent`] points to.
 #[repr(C)]

@@ -33,7 +33,7 @@ use std::ptr::NonNull;
 use std::task::{Context, Poll, Waker};
 
 use super::node_pool::{self, LaterFrees};
-use super::semaphore::{Registration, Semaphore};
+use super::state::{Registration, Semaphore};
 use super::timepoint::Timepoint;
 use crate::error::Error;
 use crate::sync::atomic::{AtomicUsize, Ordering};

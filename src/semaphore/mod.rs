@@ -3,30 +3,19 @@
 //! queues, devices and waits register intrusive timepoints (`timepoint`,
 //! public only with the `testing` feature).
 
-pub mod event_pool;
+mod event_pool;
 mod future;
 mod node_pool;
-#[allow(clippy::module_inception)]
-mod semaphore;
+pub(crate) mod state;
 mod timeout;
-// Timepoints are the raw registration under waits, queues and devices:
-// public for fenceline's own tests and models (feature `testing`) only.
-#[cfg(feature = "testing")]
-pub mod timepoint;
-#[cfg(not(feature = "testing"))]
+// Timepoints are the raw registration under waits, queues and devices.
 pub(crate) mod timepoint;
 mod wait;
 
 pub use event_pool::{AnyEvent, EventHandle, EventPool};
 pub use future::WaitFuture;
-#[cfg(not(feature = "testing"))]
-pub(crate) use semaphore::Registration;
-pub use semaphore::Semaphore;
-#[cfg(feature = "testing")]
-pub use semaphore::{Registration, DEVICE_SIGNALS};
+pub(crate) use state::Registration;
+pub use state::Semaphore;
 pub use timeout::Timeout;
-#[cfg(not(feature = "testing"))]
 pub(crate) use timepoint::{Timepoint, TimepointFn};
-#[cfg(feature = "testing")]
-pub use timepoint::{Timepoint, TimepointFn, TimepointPool};
 pub use wait::{set_wait_yield, wait_all, wait_any, wait_yield, INLINE_WAITS};

@@ -19,7 +19,7 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use super::node_pool::{self, LaterFrees};
-use super::semaphore::{Registration, Semaphore};
+use super::state::{Registration, Semaphore};
 use super::timeout::Timeout;
 use super::timepoint::Timepoint;
 use crate::error::{Error, ErrorKind};
@@ -56,9 +56,9 @@ static WAIT_YIELD_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU6
 ///
 /// ```
 /// use std::time::Duration;
-/// let before = fenceline::set_wait_yield(Duration::ZERO);
-/// assert_eq!(fenceline::wait_yield(), Duration::ZERO);
-/// fenceline::set_wait_yield(before);
+/// let before = fenceline::semaphore::set_wait_yield(Duration::ZERO);
+/// assert_eq!(fenceline::semaphore::wait_yield(), Duration::ZERO);
+/// fenceline::semaphore::set_wait_yield(before);
 /// ```
 pub fn set_wait_yield(yield_for: Duration) -> Duration {
     let ns = u64::try_from(yield_for.as_nanos()).unwrap_or(u64::MAX);

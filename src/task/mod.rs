@@ -15,14 +15,14 @@ mod deque;
 mod edges;
 mod executor;
 mod graph;
-mod join_count;
+pub(crate) mod join_count;
 mod kind;
 pub(crate) mod priority;
 mod scope;
-mod sleep;
+pub(crate) mod sleep;
 #[allow(clippy::module_inception)]
 mod task;
-mod tile_counter;
+pub(crate) mod tile_counter;
 mod worker;
 
 pub(crate) use kind::{run_tiles, Tiles};
@@ -36,17 +36,6 @@ pub use graph::{Graph, TaskId};
 pub use kind::{CallContext, CALL_INLINE_BYTES, DISPATCH_INLINE_BYTES, FINALLY_INLINE_BYTES};
 pub use scope::Scope;
 pub(crate) use scope::ScopeLink;
-
-/// The executor's lock-free counters, public (feature `testing`) only for
-/// the loom models in `loom-tests/`, which must check the code the
-/// executor runs.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub mod __model {
-    pub use super::join_count::JoinCount;
-    pub use super::sleep::SleepState;
-    pub use super::tile_counter::TileCounter;
-}
 
 /// One workgroup of a dispatch: its id in the grid and the grid's size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fenceline::queue::{Backend, Completion, PendingQueue};
-use fenceline::semaphore::{Registration, Timepoint};
 use fenceline::task::{Executor, ExecutorConfig, Scope};
+use fenceline::testing::timepoint::{Registration, Timepoint};
 use fenceline::{CpuConfig, Device, Error, ErrorKind, Semaphore, Tile, Timeout};
 
 // Under Miri (about a thousand times slower) a hang limit of 10 s fails

@@ -2,6 +2,7 @@
 //! action fails, the rest run, the queue and workers live on.
 
 use super::*;
+use fenceline::testing::SemaphoreInternals;
 
 /// A backend whose `issue` panics for payload 0 and completes the rest.
 struct PanickyBackend;

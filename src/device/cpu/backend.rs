@@ -306,7 +306,6 @@ static JOIN_FAULT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool
 /// Makes the next CPU execute of more than one stage fail to join its
 /// finish, as if `join_from` had failed (tests of the fail-closed path).
 #[cfg(feature = "testing")]
-#[doc(hidden)]
 pub fn fail_next_execute_join() {
     JOIN_FAULT.store(true, std::sync::atomic::Ordering::Relaxed);
 }

@@ -106,8 +106,7 @@ impl Device {
     ///
     /// Errors: `FailedPrecondition` on the CPU device; `Internal` if the
     /// driver call fails.
-    #[doc(hidden)]
-    pub fn cuda_stream_priority_range(&self) -> Result<(i32, i32), Error> {
+    pub(crate) fn cuda_stream_priority_range(&self) -> Result<(i32, i32), Error> {
         match &*self.inner {
             DeviceInner::Cpu { .. } => Err(not_cuda()),
             DeviceInner::Cuda(d) => super::stream_priority::StreamPriorities::of(&d.shared.ctx)
@@ -123,8 +122,7 @@ impl Queue {
     ///
     /// Errors: `FailedPrecondition` on the CPU device; `Internal` if the
     /// driver call fails.
-    #[doc(hidden)]
-    pub fn cuda_stream_priority(&self) -> Result<i32, Error> {
+    pub(crate) fn cuda_stream_priority(&self) -> Result<i32, Error> {
         match &*self.device {
             DeviceInner::Cpu { .. } => Err(not_cuda()),
             DeviceInner::Cuda(d) => d.queues[self.index].backend().stream_priority(),

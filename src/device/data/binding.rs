@@ -26,13 +26,13 @@ use crate::task::Tile;
 pub const MAX_BINDINGS: usize = 64;
 
 /// Slots of a binding table: a command buffer's slot bindings name slots
-/// `0..MAX_SLOTS`, and [`Queue::execute_with`](super::Queue::execute_with)
+/// `0..MAX_SLOTS`, and [`Queue::execute_with`](crate::Queue::execute_with)
 /// takes a table of at most this many buffers.
 pub const MAX_SLOTS: usize = 16;
 
-/// A buffer bound to a dispatch, for [`CommandBuffer::dispatch_with`](super::CommandBuffer::dispatch_with):
+/// A buffer bound to a dispatch, for [`CommandBuffer::dispatch_with`](crate::CommandBuffer::dispatch_with):
 /// a buffer named at record, or a slot of the binding table each
-/// submission brings ([`Queue::execute_with`](super::Queue::execute_with)).
+/// submission brings ([`Queue::execute_with`](crate::Queue::execute_with)).
 #[derive(Clone, Copy, Debug)]
 pub struct Binding<'a> {
     pub(crate) source: Source<'a>,

@@ -23,7 +23,7 @@ pub use super::host_mem::BUFFER_ALIGN;
 /// Command buffers write it on the device's queues; [`read`](Self::read)
 /// and [`write`](Self::write) copy it out and in from the host. On the CPU
 /// device its bytes are plain memory that dispatches see as typed slices
-/// ([`Binding`](super::Binding)); whoever uses them holds the buffer (an
+/// ([`Binding`](crate::Binding)); whoever uses them holds the buffer (an
 /// action while it runs, a host copy while it copies), and a use that
 /// conflicts with a holder (either one writes) fails with
 /// [`FailedPrecondition`](ErrorKind::FailedPrecondition) instead of
@@ -110,7 +110,7 @@ impl Buffer {
     ///   `offset..offset + out.len()` does not fit in the buffer.
     /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) for a CPU
     ///   buffer that a running action writes (nothing is copied), or a
-    ///   buffer from [`Queue::alloca`](super::Queue::alloca) before its
+    ///   buffer from [`Queue::alloca`](crate::Queue::alloca) before its
     ///   alloca ran (on a CUDA device: completed) or after its dealloca ran.
     /// - [`Internal`](ErrorKind::Internal) for a CUDA buffer, if the driver
     ///   fails to make the context current or to copy.
@@ -149,7 +149,7 @@ impl Buffer {
     ///   `offset..offset + data.len()` does not fit in the buffer.
     /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) for a CPU
     ///   buffer that a running action reads or writes, or a buffer from
-    ///   [`Queue::alloca`](super::Queue::alloca) before its alloca ran (on a
+    ///   [`Queue::alloca`](crate::Queue::alloca) before its alloca ran (on a
     ///   CUDA device: completed) or after its dealloca ran.
     /// - [`Internal`](ErrorKind::Internal) for a CUDA buffer, if the driver
     ///   fails to make the context current or to copy.
@@ -181,9 +181,8 @@ impl Buffer {
     /// Whether an action or a host copy holds the buffer right now (a CPU
     /// buffer; `false` for device memory): for tests proving that holds
     /// are given back.
-    #[doc(hidden)]
     #[cfg(any(test, feature = "testing"))]
-    pub fn is_held(&self) -> bool {
+    pub(crate) fn is_held(&self) -> bool {
         self.host().is_some_and(|m| m.hold().is_held())
     }
 

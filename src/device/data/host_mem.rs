@@ -1,7 +1,7 @@
 //! A CPU-device buffer's memory: its bytes (plain memory, aligned to
 //! [`BUFFER_ALIGN`]), its [`Hold`] word, and its counted handle
 //! ([`HostRef`], a [`Counted`]) whose last drop frees it, or, for queue-ordered
-//! transient memory ([`Queue::alloca`](super::Queue::alloca)), hands it
+//! transient memory ([`Queue::alloca`](crate::Queue::alloca)), hands it
 //! back to its device's [`TransientPool`] (no allocation once warm).
 
 use std::alloc::Layout;

@@ -4,9 +4,6 @@
 
 pub(crate) mod binding;
 pub(crate) mod buffer;
-#[cfg(feature = "testing")]
-pub mod hold;
-#[cfg(not(feature = "testing"))]
 pub(crate) mod hold;
 pub(crate) mod host_mem;
 pub(crate) mod table;

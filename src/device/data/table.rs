@@ -1,4 +1,4 @@
-//! A submission's binding table ([`Queue::execute_with`](super::Queue::execute_with)):
+//! A submission's binding table ([`Queue::execute_with`](crate::Queue::execute_with)):
 //! the buffers its slots name for this submission only, checked against
 //! how the command buffers use each slot, kept alive while the action
 //! lives, and resolved (address and length) for the tiles.

@@ -248,19 +248,15 @@ impl<B: Backend> PendingQueue<B> {
     /// Actions examined by issue passes so far (each new or woken action
     /// counts once per pass that looks at it): proves a pass never rescans
     /// the backlog.
-    #[doc(hidden)]
     #[cfg(any(test, feature = "testing"))]
-    pub fn actions_examined(&self) -> u64 {
+    pub(crate) fn actions_examined(&self) -> u64 {
         self.shared().examined.load(Ordering::Relaxed)
     }
 
-    testing_pub! {
-        /// Blocks of the queue's action pool (device stats; allocation
-        /// tests).
-        #[doc(hidden)]
-        fn pool_capacity(&self) -> usize {
-            self.shared().pool.capacity()
-        }
+    /// Blocks of the queue's action pool (device stats; allocation
+    /// tests).
+    pub(crate) fn pool_capacity(&self) -> usize {
+        self.shared().pool.capacity()
     }
 }
 

@@ -78,7 +78,7 @@ pub(crate) const FAILED_VALUE: u64 = u64::MAX;
 /// - [`wait(v, timeout)`](Self::wait) blocks until the value is `>= v`, the
 ///   semaphore fails, or the timeout elapses (`DeadlineExceeded`, never
 ///   before the timeout). It spins briefly (a short backoff, then about
-///   50 us of yielding to other threads: [`set_wait_yield`](crate::set_wait_yield)
+///   50 us of yielding to other threads: [`set_wait_yield`](crate::semaphore::set_wait_yield)
 ///   changes it), then parks.
 ///
 /// ```
@@ -380,123 +380,119 @@ impl Semaphore {
         drop(events);
     }
 
-    testing_pub! {
-        /// Registers `tp` to fire when the value reaches `tp.value()` or the
-        /// semaphore fails. Never waits for another thread: the timepoint goes
-        /// on a lock-free inbox, and the thread holding the list's turn (this
-        /// one, if the turn is free) links it at its place: O(1) when values
-        /// are registered in increasing order (the common chain), O(n) at
-        /// worst.
-        ///
-        /// `Reached` and `Failed` are answered only when the value check before
-        /// registering says so; a value reached while registering is answered
-        /// `Pending`, and the callback runs (possibly on this thread, before
-        /// `register` returns: the caller must hold no lock its callback
-        /// takes).
-        ///
-        /// # Safety
-        /// `tp` is valid, not registered anywhere, and stays valid and unmoved
-        /// until its callback runs or [`cancel`](Self::cancel) returns `true`
-        /// (see the timepoint contract in [`timepoint`](super::timepoint)).
-        #[must_use = "`Reached` and `Failed` mean the callback will not run: the caller must act on them"]
-        unsafe fn register(&self, tp: NonNull<Timepoint>) -> Registration {
-            let inner = &*self.inner;
-            // SAFETY: valid per contract.
-            let target = unsafe { tp.as_ref() }.value();
-            if let Some(done) = inner.check(target) {
-                return done;
-            }
-            // Counted before it can be seen: a signal that reads `registered`
-            // after our pass read the value sees it (see the module docs).
-            inner.registered.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: `tp` is ours to link (contract: valid until it fires or
-            // is cancelled, and not registered anywhere); the inbox is its
-            // first list.
-            inner.inbox.push(unsafe { Handle::from_raw(tp) });
-            inner.request_pass(None);
-            Registration::Pending
+    /// Registers `tp` to fire when the value reaches `tp.value()` or the
+    /// semaphore fails. Never waits for another thread: the timepoint goes
+    /// on a lock-free inbox, and the thread holding the list's turn (this
+    /// one, if the turn is free) links it at its place: O(1) when values
+    /// are registered in increasing order (the common chain), O(n) at
+    /// worst.
+    ///
+    /// `Reached` and `Failed` are answered only when the value check before
+    /// registering says so; a value reached while registering is answered
+    /// `Pending`, and the callback runs (possibly on this thread, before
+    /// `register` returns: the caller must hold no lock its callback
+    /// takes).
+    ///
+    /// # Safety
+    /// `tp` is valid, not registered anywhere, and stays valid and unmoved
+    /// until its callback runs or [`cancel`](Self::cancel) returns `true`
+    /// (see the timepoint contract in [`timepoint`](super::timepoint)).
+    #[must_use = "`Reached` and `Failed` mean the callback will not run: the caller must act on them"]
+    pub(crate) unsafe fn register(&self, tp: NonNull<Timepoint>) -> Registration {
+        let inner = &*self.inner;
+        // SAFETY: valid per contract.
+        let target = unsafe { tp.as_ref() }.value();
+        if let Some(done) = inner.check(target) {
+            return done;
         }
+        // Counted before it can be seen: a signal that reads `registered`
+        // after our pass read the value sees it (see the module docs).
+        inner.registered.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: `tp` is ours to link (contract: valid until it fires or
+        // is cancelled, and not registered anywhere); the inbox is its
+        // first list.
+        inner.inbox.push(unsafe { Handle::from_raw(tp) });
+        inner.request_pass(None);
+        Registration::Pending
     }
 
-    testing_pub! {
-        /// Unlinks `tp` if it is still registered: `true` means its callback
-        /// will never run; `false` means it is not linked: its callback has run
-        /// or is running (or it was never registered).
-        ///
-        /// The one semaphore operation that may wait for another thread: while
-        /// a signal, a failure or a registration works on the list (O(k + 1)
-        /// list work; callbacks run after it), so that `tp` is unlinked before
-        /// this returns. It never waits for a callback: `false` leaves the
-        /// timepoint to a callback that is running or queued to run (the
-        /// caller must not reuse it until the callback is done with it).
-        /// Host waits, `wait_async` futures and expiring wait tasks never
-        /// call it: they give their timepoints up with
-        /// [`abandon`](Self::abandon), which never waits, and when a firing
-        /// has claimed the timepoint first they leave its memory to the
-        /// callback (whichever of the two is done second gives it back)
-        /// rather than wait for it. The pending queue calls it only when it is
-        /// torn down or fails.
-        ///
-        /// # Safety
-        /// `tp` is valid and was registered on this semaphore (or never
-        /// registered anywhere).
-        #[must_use = "`false` means the callback is running or ran: the timepoint may not be reused until it is done"]
-        unsafe fn cancel(&self, tp: NonNull<Timepoint>) -> bool {
-            let inner = &*self.inner;
-            debug_assert!(
-                // SAFETY: valid per contract.
-                unsafe { tp.as_ref() }.is_plain(),
-                "an abandonable timepoint is given up with `abandon`"
-            );
-            inner.take_turn();
-            let mut out = Unlinked::default();
-            // Serves the requests so far, which links `tp` if it is still in
-            // the inbox (or fires it, if its value is reached).
-            inner.round(true, None, &mut out);
-            // SAFETY: we hold the turn.
-            let list = unsafe { inner.list_mut() };
+    /// Unlinks `tp` if it is still registered: `true` means its callback
+    /// will never run; `false` means it is not linked: its callback has run
+    /// or is running (or it was never registered).
+    ///
+    /// The one semaphore operation that may wait for another thread: while
+    /// a signal, a failure or a registration works on the list (O(k + 1)
+    /// list work; callbacks run after it), so that `tp` is unlinked before
+    /// this returns. It never waits for a callback: `false` leaves the
+    /// timepoint to a callback that is running or queued to run (the
+    /// caller must not reuse it until the callback is done with it).
+    /// Host waits, `wait_async` futures and expiring wait tasks never
+    /// call it: they give their timepoints up with
+    /// [`abandon`](Self::abandon), which never waits, and when a firing
+    /// has claimed the timepoint first they leave its memory to the
+    /// callback (whichever of the two is done second gives it back)
+    /// rather than wait for it. The pending queue calls it only when it is
+    /// torn down or fails.
+    ///
+    /// # Safety
+    /// `tp` is valid and was registered on this semaphore (or never
+    /// registered anywhere).
+    #[must_use = "`false` means the callback is running or ran: the timepoint may not be reused until it is done"]
+    pub(crate) unsafe fn cancel(&self, tp: NonNull<Timepoint>) -> bool {
+        let inner = &*self.inner;
+        debug_assert!(
+            // SAFETY: valid per contract.
+            unsafe { tp.as_ref() }.is_plain(),
+            "an abandonable timepoint is given up with `abandon`"
+        );
+        inner.take_turn();
+        let mut out = Unlinked::default();
+        // Serves the requests so far, which links `tp` if it is still in
+        // the inbox (or fires it, if its value is reached).
+        inner.round(true, None, &mut out);
+        // SAFETY: we hold the turn.
+        let list = unsafe { inner.list_mut() };
+        // SAFETY: valid per contract; `linked` is the turn holder's.
+        let linked = unsafe { tp.as_ref() }.linked.with(|l| unsafe { *l });
+        if linked {
+            // SAFETY: linked in this semaphore's list (contract + flag).
+            let _ = unsafe { list.remove(tp) };
             // SAFETY: valid per contract; `linked` is the turn holder's.
-            let linked = unsafe { tp.as_ref() }.linked.with(|l| unsafe { *l });
-            if linked {
-                // SAFETY: linked in this semaphore's list (contract + flag).
-                let _ = unsafe { list.remove(tp) };
-                // SAFETY: valid per contract; `linked` is the turn holder's.
-                unsafe { tp.as_ref() }.linked.with_mut(|l| unsafe { *l = false });
-                inner.count_unlinked(1);
-            }
-            inner.finish_turn(out);
-            linked
+            unsafe { tp.as_ref() }
+                .linked
+                .with_mut(|l| unsafe { *l = false });
+            inner.count_unlinked(1);
         }
+        inner.finish_turn(out);
+        linked
     }
 
-    testing_pub! {
-        /// Gives up an [abandonable](Timepoint::abandonable) registered
-        /// timepoint without waiting for any thread: `true` means it will
-        /// never fire (its callback runs once later, maybe on another thread
-        /// or before this returns, only to hand its memory back: see
-        /// [`Timepoint::is_abandoned`]); `false` means it fired or is firing
-        /// (as for [`cancel`](Self::cancel)).
-        ///
-        /// Lock-free: one CAS on the timepoint, a push on the semaphore's
-        /// stack of removals, and a request for a pass, which the thread
-        /// holding the list's turn serves if there is one (it unlinks the
-        /// timepoint in O(1)), or else this one.
-        ///
-        /// # Safety
-        /// `tp` was made with [`Timepoint::abandonable`], registered on this
-        /// semaphore (`register` answered `Pending`, or it unwound) or never
-        /// registered anywhere, and not abandoned before; its memory stays
-        /// valid until its callback runs.
-        #[must_use = "`false` means the callback is running or ran: the timepoint may not be reused until it is done"]
-        unsafe fn abandon(&self, tp: NonNull<Timepoint>) -> bool {
-            // SAFETY: valid per contract.
-            if !unsafe { tp.as_ref() }.claim_abandon() {
-                return false;
-            }
-            // SAFETY: claimed just above; the rest is the caller's contract.
-            unsafe { self.abandon_claimed(tp) };
-            true
+    /// Gives up an [abandonable](Timepoint::abandonable) registered
+    /// timepoint without waiting for any thread: `true` means it will
+    /// never fire (its callback runs once later, maybe on another thread
+    /// or before this returns, only to hand its memory back: see
+    /// [`Timepoint::is_abandoned`]); `false` means it fired or is firing
+    /// (as for [`cancel`](Self::cancel)).
+    ///
+    /// Lock-free: one CAS on the timepoint, a push on the semaphore's
+    /// stack of removals, and a request for a pass, which the thread
+    /// holding the list's turn serves if there is one (it unlinks the
+    /// timepoint in O(1)), or else this one.
+    ///
+    /// # Safety
+    /// `tp` was made with [`Timepoint::abandonable`], registered on this
+    /// semaphore (`register` answered `Pending`, or it unwound) or never
+    /// registered anywhere, and not abandoned before; its memory stays
+    /// valid until its callback runs.
+    #[must_use = "`false` means the callback is running or ran: the timepoint may not be reused until it is done"]
+    pub(crate) unsafe fn abandon(&self, tp: NonNull<Timepoint>) -> bool {
+        // SAFETY: valid per contract.
+        if !unsafe { tp.as_ref() }.claim_abandon() {
+            return false;
         }
+        // SAFETY: claimed just above; the rest is the caller's contract.
+        unsafe { self.abandon_claimed(tp) };
+        true
     }
 
     /// The second half of [`abandon`](Self::abandon), for a caller that
@@ -520,18 +516,16 @@ impl Semaphore {
     /// Timepoints this semaphore has compared or unlinked so far: a cost
     /// counter for tests proving that a signal's work does not grow with
     /// the number of timepoints left registered.
-    #[doc(hidden)]
     #[cfg(any(test, feature = "testing"))]
-    pub fn timepoints_examined(&self) -> u64 {
+    pub(crate) fn timepoints_examined(&self) -> u64 {
         self.inner.examined.load(Ordering::Relaxed)
     }
 
     /// Timepoints registered and not yet unlinked (fired or cancelled): for
     /// tests proving that a dropped waiter leaves nothing behind. Exact
     /// when no registration, signal or cancel is running.
-    #[doc(hidden)]
     #[cfg(any(test, feature = "testing"))]
-    pub fn timepoints_registered(&self) -> usize {
+    pub(crate) fn timepoints_registered(&self) -> usize {
         // Acquire: pairs with the Release store in `count_unlinked`
         // (turn.rs). `registered`'s Acquire pairs with nothing: it is
         // counted with a Relaxed RMW (`register`).
