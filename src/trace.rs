@@ -132,7 +132,7 @@ mod imp {
     /// may mark its slot busy without first knowing whether the trace it
     /// writes for still runs; the rings they point to belong to the
     /// running trace and are freed by `stop` once no slot is busy.
-    struct Slot {
+    struct Ring {
         /// Set around each write (see the module docs).
         busy: AtomicBool,
         /// Claimed by a thread in the running trace (its name written).
@@ -147,13 +147,13 @@ mod imp {
     /// The slots, shareable: a slot's ring and name are written only by
     /// the thread that claimed it, and read by `stop` after the slot's
     /// last write (its `busy` cleared).
-    struct Slots([Slot; MAX_SLOTS]);
+    struct Rings([Ring; MAX_SLOTS]);
     // SAFETY: as above.
-    unsafe impl Sync for Slots {}
+    unsafe impl Sync for Rings {}
 
-    static SLOTS: Slots = Slots(
+    static SLOTS: Rings = Rings(
         [const {
-            Slot {
+            Ring {
                 busy: AtomicBool::new(false),
                 claimed: AtomicBool::new(false),
                 written: AtomicU64::new(0),

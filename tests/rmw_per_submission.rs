@@ -302,7 +302,7 @@ const WORKER: u64 = 16;
 const CHAIN: u64 = 256;
 /// Tenths of an RMW per hop, in the least disturbed of 8 chains: 9.0
 /// (9.2 in some runs) since a CPU worker counts the actions it finishes
-/// in a slot of its own, with a load and a store (`Backend::finish_slot`;
+/// in a slot of its own, with a load and a store (`Backend::finish_lane`;
 /// mutation checked: no slots, as before, gives 10.0 here and 12.0 over
 /// two queues). 10.0
 /// since a wake-up inside the signals of a finish of the same queue (a

@@ -164,7 +164,7 @@ fn event_handle_clone_and_drop_across_threads_returns_once() {
     });
 }
 
-// The list's turn (see `src/semaphore/semaphore/turn.rs`): registrations and signals never
+// The list's turn (see `src/semaphore/state/turn.rs`): registrations and signals never
 // wait for it; whoever holds it serves every request before giving it back.
 // Mutations checked, each fails a model below: giving the turn back with a
 // plain store instead of the CAS that fails on a new request (a request

@@ -11,39 +11,39 @@ pub const HOST_CALL_INLINE_BYTES: usize = 48;
 
 /// The closure's box, for whichever closure type `F`: every
 /// `SmallBox<F, HOST_CALL_INLINE_BYTES>` has this size and alignment.
-type Slot = MaybeUninit<SmallBox<(), HOST_CALL_INLINE_BYTES>>;
+type Room = MaybeUninit<SmallBox<(), HOST_CALL_INLINE_BYTES>>;
 
-/// Moves the closure out of the slot and calls it.
-type CallFn = unsafe fn(*mut Slot) -> Result<(), Error>;
+/// Moves the closure out of the room and calls it.
+type CallFn = unsafe fn(*mut Room) -> Result<(), Error>;
 
 /// A type-erased `FnOnce() -> Result<(), Error> + Send`.
 pub(crate) struct HostFn {
     /// A `SmallBox<F, HOST_CALL_INLINE_BYTES>` for the `F` that `call` and
     /// `drop` were made for.
-    slot: Slot,
+    room: Room,
     /// Calls (and consumes) the stored closure; `None` once called.
     call: Option<CallFn>,
     /// Drops the stored closure without calling it.
-    drop: unsafe fn(*mut Slot),
+    drop: unsafe fn(*mut Room),
 }
 
 // SAFETY: only built from `Send` closures.
 unsafe impl Send for HostFn {}
 
 /// # Safety
-/// `slot` holds a `SmallBox<F, _>`, moved out here.
-unsafe fn call_boxed<F: FnOnce() -> Result<(), Error>>(slot: *mut Slot) -> Result<(), Error> {
+/// `room` holds a `SmallBox<F, _>`, moved out here.
+unsafe fn call_boxed<F: FnOnce() -> Result<(), Error>>(room: *mut Room) -> Result<(), Error> {
     // SAFETY: per contract.
-    let f = unsafe { slot.cast::<SmallBox<F, HOST_CALL_INLINE_BYTES>>().read() };
+    let f = unsafe { room.cast::<SmallBox<F, HOST_CALL_INLINE_BYTES>>().read() };
     (f.into_inner())()
 }
 
 /// # Safety
-/// `slot` holds a `SmallBox<F, _>`, dropped here.
-unsafe fn drop_boxed<F>(slot: *mut Slot) {
+/// `room` holds a `SmallBox<F, _>`, dropped here.
+unsafe fn drop_boxed<F>(room: *mut Room) {
     // SAFETY: per contract.
     unsafe {
-        slot.cast::<SmallBox<F, HOST_CALL_INLINE_BYTES>>()
+        room.cast::<SmallBox<F, HOST_CALL_INLINE_BYTES>>()
             .drop_in_place()
     }
 }
@@ -55,21 +55,21 @@ impl HostFn {
     {
         const {
             assert!(
-                mem::size_of::<SmallBox<F, HOST_CALL_INLINE_BYTES>>() == mem::size_of::<Slot>()
+                mem::size_of::<SmallBox<F, HOST_CALL_INLINE_BYTES>>() == mem::size_of::<Room>()
             );
             assert!(
-                mem::align_of::<SmallBox<F, HOST_CALL_INLINE_BYTES>>() == mem::align_of::<Slot>()
+                mem::align_of::<SmallBox<F, HOST_CALL_INLINE_BYTES>>() == mem::align_of::<Room>()
             );
         };
-        let mut slot = Slot::uninit();
+        let mut room = Room::uninit();
         // SAFETY: same size and alignment (asserted above).
         unsafe {
-            slot.as_mut_ptr()
+            room.as_mut_ptr()
                 .cast::<SmallBox<F, HOST_CALL_INLINE_BYTES>>()
                 .write(SmallBox::new(f))
         };
         HostFn {
-            slot,
+            room,
             call: Some(call_boxed::<F>),
             drop: drop_boxed::<F>,
         }
@@ -84,9 +84,9 @@ impl HostFn {
             ));
         };
         let t = crate::trace::now();
-        // SAFETY: the slot holds the box `call` was made for; `call` moves
+        // SAFETY: the room holds the box `call` was made for; `call` moves
         // it out, and `Drop` no longer drops it (`call` is `None`).
-        let r = unsafe { call(&mut self.slot) };
+        let r = unsafe { call(&mut self.room) };
         crate::trace::span(crate::trace::Kind::HostCall, t, 0, 0, u64::from(r.is_err()));
         r
     }
@@ -96,7 +96,7 @@ impl Drop for HostFn {
     fn drop(&mut self) {
         if self.call.is_some() {
             // SAFETY: the closure was never called: drop it once.
-            unsafe { (self.drop)(&mut self.slot) };
+            unsafe { (self.drop)(&mut self.room) };
         }
     }
 }

@@ -82,22 +82,22 @@ pub trait Backend: Send + Sync + Sized + 'static {
     }
 
     /// How many threads finish this backend's actions with a count of
-    /// their own (see [`finish_slot`](Backend::finish_slot)); `0`, the
+    /// their own (see [`finish_lane`](Backend::finish_lane)); `0`, the
     /// default: every finish outside an issue pass counts with an atomic
     /// read-modify-write on one shared counter. Sealed: only fenceline's
     /// own backends can name the token it takes, to override or call it.
     #[doc(hidden)]
-    fn finish_slots(&self, _: Internal) -> usize {
+    fn finish_lanes(&self, _: Internal) -> usize {
         0
     }
 
-    /// The calling thread's slot, below [`finish_slots`](Backend::finish_slots),
-    /// if it has one. Only one thread may answer a given slot at a time
+    /// The calling thread's lane, below [`finish_lanes`](Backend::finish_lanes),
+    /// if it has one. Only one thread may answer a given lane at a time
     /// (the queue counts a finish there with a load and a store), and a
-    /// slot passing to another thread must happen-before its next use
+    /// lane passing to another thread must happen-before its next use
     /// there. `None`, the default: the shared counter. Sealed, as above.
     #[doc(hidden)]
-    fn finish_slot(&self, _: Internal) -> Option<usize> {
+    fn finish_lane(&self, _: Internal) -> Option<usize> {
         None
     }
 }

@@ -5,7 +5,7 @@
 //! (issue passes only), so it never waits on the actions of a turn it
 //! holds, which a thread that runs host calls might.
 //!
-//! One slot per queue (a queue has one turn). The thread exits once no
+//! One cell per queue (a queue has one turn). The thread exits once no
 //! [`Issuer`] handle is left: every queue's backend holds one, and no turn
 //! can be offered once they are all gone.
 
@@ -18,17 +18,17 @@ use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::thread::{self, Thread};
 use crate::sync::{Arc, UnsafeCell};
 
-/// Runs a turn taken from a slot (type-erased: the issuer does not know
+/// Runs a turn taken from a cell (type-erased: the issuer does not know
 /// the queue's backend).
 ///
 /// # Safety
 /// The argument is a turn offered through [`Issuer::offer`] and taken from
-/// its slot by the caller, run once.
+/// its cell by the caller, run once.
 pub type TurnRunner = unsafe fn(NonNull<()>);
 
 struct Shared {
-    /// Offered turns, one slot per queue.
-    slots: Box<[CachePadded<AtomicPtr<()>>]>,
+    /// Offered turns, one cell per queue.
+    cells: Box<[CachePadded<AtomicPtr<()>>]>,
     run: TurnRunner,
     /// `Issuer` handles alive (the thread exits at 0).
     handles: AtomicUsize,
@@ -40,7 +40,7 @@ struct Shared {
     thread: UnsafeCell<Option<Thread>>,
 }
 
-// SAFETY: the slots and the flag are atomics; `thread` is written once by
+// SAFETY: the cells and the flag are atomics; `thread` is written once by
 // the issuer thread before any reader can see `sleeping` set (see
 // `thread`), then only read.
 unsafe impl Send for Shared {}
@@ -65,15 +65,15 @@ pub struct IssuerThread {
 }
 
 impl IssuerThread {
-    /// Starts a thread for `slots` queues that runs their offered turns
+    /// Starts a thread for `queues` queues that runs their offered turns
     /// with `run`; returns it and the queues' handle.
     pub fn start(
         name: &str,
-        slots: usize,
+        queues: usize,
         run: TurnRunner,
     ) -> Result<(IssuerThread, Issuer), Error> {
         let shared = Arc::new(Shared {
-            slots: (0..slots)
+            cells: (0..queues)
                 .map(|_| CachePadded::new(AtomicPtr::new(std::ptr::null_mut())))
                 .collect(),
             run,
@@ -152,8 +152,8 @@ impl Issuer {
         HERE.with(|h| std::ptr::eq(h.get(), Arc::as_ptr(&self.shared)))
     }
 
-    /// Hands queue `slot`'s turn to the thread, which runs it soon. The
-    /// slot is empty (a queue has one turn). The caller holds this handle,
+    /// Hands queue `queue`'s turn to the thread, which runs it soon. The
+    /// cell is empty (a queue has one turn). The caller holds this handle,
     /// so the thread is running.
     ///
     /// # Safety
@@ -161,13 +161,13 @@ impl Issuer {
     /// runner takes it over once.
     ///
     /// No lost turn: the thread arms its `sleeping` flag (an AcqRel swap)
-    /// and looks at the slots again before it parks; this stores the slot
+    /// and looks at the cells again before it parks; this stores the cell
     /// (Release), then takes the flag (an AcqRel swap). Both swaps hit one
     /// word: this one comes after the arm (it reads `true` and unparks the
     /// thread), or before (the arm reads it, and the look after it sees the
-    /// slot).
-    pub unsafe fn offer(&self, slot: usize, turn: NonNull<()>) {
-        let cell = &self.shared.slots[slot];
+    /// cell).
+    pub unsafe fn offer(&self, queue: usize, turn: NonNull<()>) {
+        let cell = &self.shared.cells[queue];
         debug_assert!(cell.load(Ordering::Relaxed).is_null(), "one turn a queue");
         // Release: pairs with the Acquire swap in `run_offered`: the old
         // holder's passes happen before the thread's.
@@ -179,7 +179,7 @@ impl Issuer {
 /// Takes the thread's `sleeping` flag; unparks it if it was set.
 fn wake(shared: &Shared) {
     // AcqRel: pairs with the arm's swap in `run_thread`, both ways: it
-    // acquires the thread's handle and releases the slot store (or count)
+    // acquires the thread's handle and releases the cell store (or count)
     // made before it to the thread's look after the arm.
     if shared.sleeping.swap(false, Ordering::AcqRel) {
         shared.thread.with(|t| {
@@ -195,7 +195,7 @@ fn wake(shared: &Shared) {
 /// Runs every offered turn; `true` if there was any.
 fn run_offered(shared: &Shared) -> bool {
     let mut any = false;
-    for cell in shared.slots.iter() {
+    for cell in shared.cells.iter() {
         if cell.load(Ordering::Relaxed).is_null() {
             continue;
         }
@@ -205,7 +205,7 @@ fn run_offered(shared: &Shared) -> bool {
             // A panic out of a turn (a backend's) must not end the thread:
             // the queue's drain gave the turn back before rethrowing it.
             // SAFETY: offered through `offer` (the runner's contract) and
-            // taken from its slot by the swap above, once.
+            // taken from its cell by the swap above, once.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
                 (shared.run)(turn)
             }));
@@ -241,9 +241,9 @@ fn run_thread(shared: Arc<Shared>) {
         // Looked at after the arm: an offer (or a last handle's drop)
         // before it is seen here, one after it finds the flag set. The
         // Acquire loads pair with `offer`'s Release store and the drops'
-        // AcqRel decrement (the slot's turn is acquired again by its swap).
+        // AcqRel decrement (the cell's turn is acquired again by its swap).
         let offered = shared
-            .slots
+            .cells
             .iter()
             .any(|c| !c.load(Ordering::Acquire).is_null());
         if !offered && shared.handles.load(Ordering::Acquire) > 0 {

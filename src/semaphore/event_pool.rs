@@ -26,17 +26,17 @@ pub(crate) type DestroyFn<E> = Box<dyn Fn(E) + Send + Sync>;
 
 /// Type-independent start of every slot, what an [`AnyEvent`] points to.
 #[repr(C)]
-struct SlotHeader {
+struct EntryHeader {
     refs: AtomicUsize,
     /// Returns the slot to its pool (monomorphized per event type).
-    release: unsafe fn(NonNull<SlotHeader>),
+    release: unsafe fn(NonNull<EntryHeader>),
     /// The pool's shared state (its identity, for [`EventPool::event_of`]).
     owner: *const (),
 }
 
 #[repr(C)]
-struct Slot<E> {
-    header: SlotHeader,
+struct Entry<E> {
+    header: EntryHeader,
     index: u32,
     /// The pool, held while the slot is out so the pool outlives handles.
     pool: UnsafeCell<Option<Arc<PoolState<E>>>>,
@@ -47,7 +47,7 @@ struct Slot<E> {
 struct PoolState<E> {
     blocks: BlockPool,
     /// Every slot, for destroying the events when the pool goes away.
-    slots: Box<[NonNull<Slot<E>>]>,
+    slots: Box<[NonNull<Entry<E>>]>,
     create: CreateFn<E>,
     destroy: DestroyFn<E>,
     created: AtomicUsize,
@@ -100,8 +100,8 @@ impl<E: Send + Sync + 'static> EventPool<E> {
             ));
         }
         let blocks = BlockPool::with_config(BlockPoolConfig {
-            block_size: std::mem::size_of::<Slot<E>>(),
-            align: std::mem::align_of::<Slot<E>>().max(16),
+            block_size: std::mem::size_of::<Entry<E>>(),
+            align: std::mem::align_of::<Entry<E>>().max(16),
             first_chunk_blocks: capacity.next_power_of_two(),
             max_blocks: Some(capacity),
         })?;
@@ -110,11 +110,11 @@ impl<E: Send + Sync + 'static> EventPool<E> {
         let mut slots = Vec::with_capacity(capacity as usize);
         for _ in 0..capacity {
             let block = blocks.acquire_raw()?;
-            let slot = block.as_ptr().cast::<Slot<E>>();
+            let slot = block.as_ptr().cast::<Entry<E>>();
             // SAFETY: the block is ours, sized and aligned for a slot.
             unsafe {
-                slot.as_ptr().write(Slot {
-                    header: SlotHeader {
+                slot.as_ptr().write(Entry {
+                    header: EntryHeader {
                         refs: AtomicUsize::new(0),
                         release: release_slot::<E>,
                         owner: std::ptr::null(),
@@ -168,7 +168,7 @@ impl<E: Send + Sync + 'static> EventPool<E> {
                 ),
             )
         })?;
-        let slot = block.as_ptr().cast::<Slot<E>>();
+        let slot = block.as_ptr().cast::<Entry<E>>();
         // SAFETY: initialized in `new`; the block is ours until released.
         let s = unsafe { slot.as_ref() };
         // SAFETY: we own the slot.
@@ -194,7 +194,7 @@ impl<E: Send + Sync + 'static> EventPool<E> {
         Ok(EventHandle {
             // SAFETY: counted 1 (this handle) above; the slot goes back to
             // the pool only in its `last_drop`.
-            slot: unsafe { Counted::from_raw(slot.cast::<SlotHeader>()) },
+            slot: unsafe { Counted::from_raw(slot.cast::<EntryHeader>()) },
             _marker: PhantomData,
         })
     }
@@ -205,8 +205,8 @@ impl<E: Send + Sync + 'static> EventPool<E> {
         if event.header.owner != Arc::as_ptr(&self.shared).cast::<()>() {
             return None;
         }
-        let slot = Counted::as_ptr(&event.header).cast::<Slot<E>>();
-        // SAFETY: the slot belongs to this pool, so it is a `Slot<E>`; it
+        let slot = Counted::as_ptr(&event.header).cast::<Entry<E>>();
+        // SAFETY: the slot belongs to this pool, so it is a `Entry<E>`; it
         // is out (a reference is held), so its event is `Some` and not
         // written until released.
         unsafe { &*slot }.event.with(|e| unsafe { (*e).as_ref() })
@@ -226,9 +226,9 @@ impl<E: Send + Sync + 'static> EventPool<E> {
 /// Returns a slot whose last reference dropped.
 ///
 /// # Safety
-/// `header` starts a `Slot<E>` whose count just reached zero.
-unsafe fn release_slot<E>(header: NonNull<SlotHeader>) {
-    let slot = header.cast::<Slot<E>>();
+/// `header` starts a `Entry<E>` whose count just reached zero.
+unsafe fn release_slot<E>(header: NonNull<EntryHeader>) {
+    let slot = header.cast::<Entry<E>>();
     // SAFETY: valid per contract; we are the only owner now.
     let s = unsafe { slot.as_ref() };
     // SAFETY: as above.
@@ -265,19 +265,19 @@ impl<E> Drop for PoolState<E> {
 /// A counted reference to one pooled event. Cloning adds a reference;
 /// the last drop returns the event to its pool.
 pub struct EventHandle<E> {
-    /// The start of a `Slot<E>`.
-    slot: Counted<SlotHeader>,
+    /// The start of a `Entry<E>`.
+    slot: Counted<EntryHeader>,
     _marker: PhantomData<E>,
 }
 
 // SAFETY: `refs` is the handles' count alone (set to 1 when the pool hands
 // the slot out, while no handle exists).
-unsafe impl Counts for SlotHeader {
+unsafe impl Counts for EntryHeader {
     fn count(&self) -> &AtomicUsize {
         &self.refs
     }
 
-    unsafe fn last_drop(this: NonNull<SlotHeader>) {
+    unsafe fn last_drop(this: NonNull<EntryHeader>) {
         // SAFETY: the last handle: the slot is ours, valid until released.
         let release = unsafe { (*this.as_ptr()).release };
         // SAFETY: `release` is the slot's pool's, for its event type, and
@@ -296,8 +296,8 @@ impl<E> EventHandle<E> {
     pub fn event(&self) -> &E {
         // SAFETY: the slot is out (we hold a reference), its event is
         // `Some` and not written until the slot is back and reacquired.
-        let slot = Counted::as_ptr(&self.slot).cast::<Slot<E>>();
-        // SAFETY: a slot's header starts its `Slot<E>` (`repr(C)`).
+        let slot = Counted::as_ptr(&self.slot).cast::<Entry<E>>();
+        // SAFETY: a slot's header starts its `Entry<E>` (`repr(C)`).
         let event = unsafe { &*slot }.event.with(|e| unsafe { (*e).as_ref() });
         match event {
             Some(e) => e,
@@ -331,7 +331,7 @@ impl<E> fmt::Debug for EventHandle<E> {
 /// A counted reference to a pooled event of any type (see
 /// [`EventHandle::erase`]).
 pub struct AnyEvent {
-    header: Counted<SlotHeader>,
+    header: Counted<EntryHeader>,
 }
 
 // SAFETY: only made by `erase` from an `EventHandle<E>` with `E: Send +

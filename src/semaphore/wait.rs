@@ -214,14 +214,14 @@ struct WaitNode {
 
 /// A wait's hold on one node.
 #[derive(Clone, Copy)]
-struct Slot {
+struct NodeHold {
     node: Option<NonNull<WaitNode>>,
     /// `register` answered `Pending`.
     registered: bool,
 }
 
-impl Slot {
-    const EMPTY: Slot = Slot {
+impl NodeHold {
+    const EMPTY: NodeHold = NodeHold {
         node: None,
         registered: false,
     };
@@ -314,12 +314,12 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
         }
     }
     let me = thread::current();
-    let mut inline = [Slot::EMPTY; INLINE_WAITS];
-    let mut heap: Vec<Slot> = Vec::new();
-    let slots: &mut [Slot] = if list.len() <= INLINE_WAITS {
+    let mut inline = [NodeHold::EMPTY; INLINE_WAITS];
+    let mut heap: Vec<NodeHold> = Vec::new();
+    let slots: &mut [NodeHold] = if list.len() <= INLINE_WAITS {
         &mut inline[..list.len()]
     } else {
-        heap.resize(list.len(), Slot::EMPTY);
+        heap.resize(list.len(), NodeHold::EMPTY);
         &mut heap[..]
     };
     let held = Held { list, slots };
@@ -334,7 +334,7 @@ fn wait_many(list: &[(&Semaphore, u64)], mode: Mode, timeout: Timeout) -> Result
 /// a waiter that is gone).
 struct Held<'a, 'b> {
     list: &'a [(&'b Semaphore, u64)],
-    slots: &'a mut [Slot],
+    slots: &'a mut [NodeHold],
 }
 
 impl Drop for Held<'_, '_> {
@@ -351,7 +351,7 @@ fn node_tp(node: NonNull<WaitNode>) -> NonNull<Timepoint> {
 
 fn park_until(
     list: &[(&Semaphore, u64)],
-    slots: &mut [Slot],
+    slots: &mut [NodeHold],
     me: &Thread,
     mode: Mode,
     timeout: Timeout,
@@ -420,7 +420,7 @@ fn park_until(
 /// one that fired or is firing is left to its callback unless the callback
 /// is done with it ([`LaterFrees`]); the unregistered ones go back to the
 /// pool here.
-fn unregister(list: &[(&Semaphore, u64)], slots: &[Slot]) {
+fn unregister(list: &[(&Semaphore, u64)], slots: &[NodeHold]) {
     for ((sem, _), slot) in list.iter().zip(slots) {
         let Some(node) = slot.node else { continue };
         if slot.registered {

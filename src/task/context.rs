@@ -7,7 +7,7 @@
 
 use std::ptr::NonNull;
 
-use super::task::Task;
+use super::header::Task;
 use super::worker::{ExecutorState, TaskPool, Worker};
 use super::Priority;
 use crate::pool::BlockCache;
@@ -39,7 +39,7 @@ impl TaskContext {
     /// Workers of the executor.
     #[inline]
     pub(crate) fn workers(&self) -> usize {
-        self.0.shared.slots.len()
+        self.0.shared.seats.len()
     }
 
     /// The executor's shared state.

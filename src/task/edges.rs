@@ -4,7 +4,7 @@
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
-use super::task::{Task, TASK_BLOCK};
+use super::header::{Task, TASK_BLOCK};
 use crate::error::Error;
 use crate::pool::{BlockSource, RawBlock};
 

@@ -88,7 +88,7 @@ impl Executor {
     /// An executor with priority levels: the tasks of a graph given a
     /// [`Priority`] ([`Graph::set_priority`]) are taken by idle and
     /// finishing workers before those of lower ones (the rules of
-    /// [`Priority`], fairness turns included). [`new`](Self::new)'s
+    /// [`Priority`], fairness picks included). [`new`](Self::new)'s
     /// executor ignores priorities, and pays nothing for them.
     ///
     /// # Errors
@@ -115,8 +115,8 @@ impl Executor {
     }
 
     /// An executor whose workers also run issuer turns offered through
-    /// `turns` slots ([`ExecutorState::offer_turn`]) with `run_turn`: a
-    /// CPU device's, one slot per queue.
+    /// `turns` cells ([`ExecutorState::offer_turn`]) with `run_turn`: a
+    /// CPU device's, one cell per queue.
     /// With `levels`, the executor has priority levels (as
     /// [`with_priorities`](Self::with_priorities)'s).
     pub(crate) fn with_turns(
@@ -160,9 +160,9 @@ impl Executor {
             let spawned = thread::Builder::new()
                 .name(format!("fenceline-worker-{index}"))
                 .spawn(move || {
-                    // SAFETY: this is the slot's worker thread, once,
+                    // SAFETY: this is the seat's worker thread, once,
                     // before it can park.
-                    unsafe { shared.slots[index].register_current() };
+                    unsafe { shared.seats[index].register_current() };
                     let mut worker = Worker::new(index, shared, deque);
                     worker.start_up();
                     drop(arrival);
@@ -186,7 +186,7 @@ impl Executor {
 
     /// Worker threads.
     pub fn workers(&self) -> usize {
-        self.shared.slots.len()
+        self.shared.seats.len()
     }
 
     /// A new task graph whose tasks count in `scope`.
@@ -202,16 +202,16 @@ impl Executor {
     }
 }
 
-/// The issuer-turn slots alone, for the models of their protocol
+/// The issuer-turn cells alone, for the models of their protocol
 /// (`loom-tests`): a device's queues use them through its backend.
 #[cfg(feature = "testing")]
 impl Executor {
-    /// [`Executor::new`], with `turns` issuer-turn slots whose turns
+    /// [`Executor::new`], with `turns` issuer-turn cells whose turns
     /// `run_turn` runs.
     ///
     /// # Errors
     /// As [`Executor::new`].
-    pub fn with_turn_slots(
+    pub fn with_turn_cells(
         config: ExecutorConfig,
         turns: usize,
         run_turn: unsafe fn(std::ptr::NonNull<()>),
@@ -219,15 +219,15 @@ impl Executor {
         Self::with_turns(config, turns, run_turn, false)
     }
 
-    /// Offers a turn through slot `slot` (empty; not from a worker):
+    /// Offers a turn through cell `cell` (empty; not from a worker):
     /// `Ok` if a worker will run it, `Err(turn)` if every worker is busy
     /// and the caller keeps it.
     pub fn offer_turn(
         &self,
-        slot: usize,
+        cell: usize,
         turn: std::ptr::NonNull<()>,
     ) -> Result<(), std::ptr::NonNull<()>> {
-        self.shared.offer_turn(slot, turn)
+        self.shared.offer_turn(cell, turn)
     }
 }
 

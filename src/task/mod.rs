@@ -15,13 +15,13 @@ mod deque;
 mod edges;
 mod executor;
 mod graph;
+#[allow(clippy::module_inception)]
+mod header;
 pub(crate) mod join_count;
 mod kind;
 pub(crate) mod priority;
 mod scope;
 pub(crate) mod sleep;
-#[allow(clippy::module_inception)]
-mod task;
 pub(crate) mod tile_counter;
 mod worker;
 

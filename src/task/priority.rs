@@ -35,7 +35,7 @@ use crate::error::{Error, ErrorKind};
 #[repr(u8)]
 pub enum Priority {
     /// Background work: runs when no higher-priority task waits (and on
-    /// the fairness turns).
+    /// the fairness picks).
     Low = 0,
     /// The default.
     #[default]
@@ -45,7 +45,7 @@ pub enum Priority {
 }
 
 impl Priority {
-    /// Tasks a worker starts between two fairness turns (see
+    /// Tasks a worker starts between two fairness picks (see
     /// [`Priority`]): the starvation bound. (2 under the model checker,
     /// so that its small models reach the turns.)
     pub const FAIRNESS_PERIOD: u32 = if cfg!(fenceline_loom) { 2 } else { 16 };

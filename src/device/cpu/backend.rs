@@ -62,9 +62,9 @@ pub(crate) struct CpuBackend {
     /// The uncounted scope of one-task executes (`issue_alone`), which
     /// need none of their own.
     lone_scope: Scope,
-    /// This queue's slot among the executor's issuer-turn slots (and the
+    /// This queue's cell among the executor's issuer-turn cells (and the
     /// issuer thread's).
-    turn_slot: usize,
+    turn_cell: usize,
     /// The device's issuer thread, which takes the turn when every worker
     /// is busy (`None` under the model checker: its device models would
     /// grow by a thread none of them is about; `loom-tests/tests/issuer.rs`
@@ -96,11 +96,11 @@ impl Drop for CpuBackend {
 }
 
 impl CpuBackend {
-    /// Queue `turn_slot`'s backend (its slot among the executor's
-    /// issuer-turn slots, which run [`run_turn`]).
+    /// Queue `turn_cell`'s backend (its cell among the executor's
+    /// issuer-turn cells, which run [`run_turn`]).
     pub(crate) fn new(
         exec: Arc<ExecutorState>,
-        turn_slot: usize,
+        turn_cell: usize,
         priority: Priority,
         issuer: Option<Issuer>,
         token: QueueToken,
@@ -112,7 +112,7 @@ impl CpuBackend {
             spare_scopes: UnsafeCell::new(SList::new()),
             host_scope: Scope::new(),
             lone_scope: Scope::uncounted(),
-            turn_slot,
+            turn_cell,
             priority,
             issuer,
             _token: token,
@@ -462,12 +462,12 @@ unsafe fn run_alone(
     }
 }
 
-/// Runs a CPU queue's issuer turn taken from the executor's slots (the
+/// Runs a CPU queue's issuer turn taken from the executor's turn cells (the
 /// device's turn runner, `TurnRunner`).
 ///
 /// # Safety
 /// `turn` is an [`IssueTurn<CpuBackend>`] made a pointer by
-/// `hand_off_turn`, offered and taken from its slot once.
+/// `hand_off_turn`, offered and taken from its cell once.
 pub(crate) unsafe fn run_turn(turn: std::ptr::NonNull<()>) {
     // SAFETY: the caller's contract: the pointer `into_raw` made, once.
     unsafe { IssueTurn::<CpuBackend>::from_raw(turn.cast()) }.run();
@@ -553,20 +553,20 @@ impl Backend for CpuBackend {
         self.exec.worker_index().is_none() && !self.issuer.as_ref().is_some_and(Issuer::is_current)
     }
 
-    /// The turn goes through this queue's slot to an idle worker, which
+    /// The turn goes through this queue's cell to an idle worker, which
     /// runs it before any task ([`ExecutorState::offer_turn`] has the
     /// protocol), or, every worker busy, to the device's issuer thread
     /// (not to a busy worker: every worker may be blocked in user code
     /// until an action of this very turn signals, a barrier another thread
     /// submitted meanwhile). The caller returns.
     fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
-        match self.exec.offer_turn(self.turn_slot, turn.into_raw().cast()) {
+        match self.exec.offer_turn(self.turn_cell, turn.into_raw().cast()) {
             Ok(()) => Ok(()),
             Err(back) => match &self.issuer {
                 Some(issuer) => {
                     // SAFETY: a turn of this queue, given up; the thread's
                     // runner (`run_turn`) takes it back once.
-                    unsafe { issuer.offer(self.turn_slot, back) };
+                    unsafe { issuer.offer(self.turn_cell, back) };
                     Ok(())
                 }
                 // SAFETY: the pointer `into_raw` made just above, given back.
@@ -576,13 +576,13 @@ impl Backend for CpuBackend {
     }
 
     /// One per worker of the device's executor, where completions run.
-    fn finish_slots(&self, _: crate::queue::Internal) -> usize {
+    fn finish_lanes(&self, _: crate::queue::Internal) -> usize {
         self.exec.workers()
     }
 
     /// The worker's index, on a worker of this device's executor: each is
     /// one thread for the executor's life.
-    fn finish_slot(&self, _: crate::queue::Internal) -> Option<usize> {
+    fn finish_lane(&self, _: crate::queue::Internal) -> Option<usize> {
         self.exec.worker_index()
     }
 }

@@ -187,7 +187,7 @@ impl DeviceBackend for CpuDevice {
             // action's signal counts its tasks as gone.
             st.pool_blocks_in_use += shared.live.load(Ordering::Acquire) as u64;
             st.pool_blocks_high_water += shared.pool.capacity() as u64;
-            for slot in shared.slots.iter() {
+            for slot in shared.seats.iter() {
                 let c = &slot.counters;
                 st.worker_parks += c.parks.load(Ordering::Relaxed);
                 st.worker_wakeups += c.wakeups.load(Ordering::Relaxed);
@@ -197,7 +197,7 @@ impl DeviceBackend for CpuDevice {
     }
 
     fn trace_threads(&self) -> usize {
-        self.executor.as_ref().map_or(0, |e| e.shared.slots.len())
+        self.executor.as_ref().map_or(0, |e| e.shared.seats.len())
     }
 
     fn tear_down(&mut self) {

@@ -41,7 +41,7 @@ impl CudaGraph {
     /// to `table`'s buffers. An update applies to the launches made after
     /// it, so the update and the launch of one submission must not
     /// interleave with another's: two queues issuing one such graph at the
-    /// same moment take turns (a flag held across a few driver calls, the
+    /// same moment wait for each other (a flag held across a few driver calls, the
     /// only wait on this path; a queue's own issues never meet it). A graph
     /// without slot arguments launches directly.
     pub(crate) fn launch_with_table(

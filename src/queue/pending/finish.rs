@@ -40,15 +40,15 @@ impl<B: Backend> QueueState<B> {
         // Counted before any signal: whoever sees a signal of this action
         // sees it finished (the signal's release publishes the count).
         // Inside our own pass: the issuer's counts (no RMW).
-        // On a thread with a slot of its own (a CPU worker): its counts,
-        // with no RMW either (one thread per slot).
+        // On a thread with a lane of its own (a CPU worker): its counts,
+        // with no RMW either (one thread per lane).
         let in_pass = issuing(this.as_ptr().cast_const().cast());
         let (counts, alone) = if in_pass {
             (&shared.finished_in_pass, true)
         } else {
-            match shared.backend.finish_slot(Internal(())) {
-                Some(i) if i < shared.finished_by_slot.len() => {
-                    (&*shared.finished_by_slot[i], true)
+            match shared.backend.finish_lane(Internal(())) {
+                Some(i) if i < shared.finished_by_lane.len() => {
+                    (&*shared.finished_by_lane[i], true)
                 }
                 _ => (&*shared.finished, false),
             }

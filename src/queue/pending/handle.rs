@@ -33,7 +33,7 @@ impl<B: Backend> PendingQueue<B> {
             first_chunk_blocks: if cfg!(fenceline_loom) { 4 } else { 256 },
             max_blocks: None,
         })?;
-        let slots = backend.finish_slots(Internal(()));
+        let slots = backend.finish_lanes(Internal(()));
         let shared = Box::new(QueueState {
             backend,
             pool,
@@ -54,7 +54,7 @@ impl<B: Backend> PendingQueue<B> {
             waiting_now: AtomicU64::new(0),
             hand_offs: AtomicU64::new(0),
             finished: CachePadded::new(Finished::default()),
-            finished_by_slot: (0..slots)
+            finished_by_lane: (0..slots)
                 .map(|_| CachePadded::new(Finished::default()))
                 .collect(),
             finished_in_pass: Finished::default(),
@@ -225,8 +225,8 @@ impl<B: Backend> PendingQueue<B> {
         let count = |f: fn(&Finished) -> &AtomicU64| {
             f(&shared.finished).load(Ordering::Acquire)
                 + f(&shared.finished_in_pass).load(Ordering::Acquire)
-                + (shared.finished_by_slot.iter())
-                    .map(|slot| f(slot).load(Ordering::Acquire))
+                + (shared.finished_by_lane.iter())
+                    .map(|lane| f(lane).load(Ordering::Acquire))
                     .sum::<u64>()
         };
         let completed = count(|f| &f.completed);

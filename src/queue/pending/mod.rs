@@ -75,10 +75,10 @@ pub(crate) struct QueueState<B: Backend> {
     /// Finished actions by outcome, counted (one RMW) before their signals
     /// are made, so a thread that sees a signal sees the count.
     finished: CachePadded<Finished>,
-    /// The same, counted by the threads the backend gives a slot of their
-    /// own (`Backend::finish_slot`: a CPU device's workers), each with a
+    /// The same, counted by the threads the backend gives a lane of their
+    /// own (`Backend::finish_lane`: a CPU device's workers), each with a
     /// load and a store.
-    finished_by_slot: Box<[CachePadded<Finished>]>,
+    finished_by_lane: Box<[CachePadded<Finished>]>,
     /// The same, for actions finished inside a pass of this queue (a
     /// backend completing in `issue`, a cancel, a failure): written by the
     /// issuer only, with a load and a store.

@@ -5,13 +5,13 @@ use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::time::Instant;
 
+use super::header::ForkLink;
+use super::header::{QueueLink, Task, TaskPtr, FORKED, PRECEDED};
 use super::kind::{
     make_call, new_task, take_sole, BarrierPayload, CallContext, DispatchPayload, FencePayload,
     FinallyPayload, Nop, Tiles, WaitState,
 };
 use super::scope::{Scope, ScopeInner};
-use super::task::ForkLink;
-use super::task::{QueueLink, Task, TaskPtr, FORKED, PRECEDED};
 use super::worker::{
     drop_payload, release_block, set_prefetch_hint, ExecutorState, TaskPool, CHUNK, PREFETCH_AHEAD,
 };

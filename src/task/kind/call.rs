@@ -7,8 +7,8 @@ use crate::error::Error;
 use crate::pool::BlockSource;
 use crate::small_box::SmallBox;
 use crate::task::context::TaskContext;
+use crate::task::header::{Outcome, Task, PAYLOAD};
 use crate::task::scope::ScopeInner;
-use crate::task::task::{Outcome, Task, PAYLOAD};
 use crate::task::Priority;
 use crate::unwind::guarded;
 

@@ -9,7 +9,7 @@ use crate::error::{Error, ErrorKind};
 use crate::small_box::SmallBox;
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::task::context::TaskContext;
-use crate::task::task::{Outcome, Task, FLAG_FAILED, PAYLOAD};
+use crate::task::header::{Outcome, Task, FLAG_FAILED, PAYLOAD};
 use crate::task::tile_counter::TileCounter;
 use crate::task::Tile;
 use crate::unwind::guarded;

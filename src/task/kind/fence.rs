@@ -6,7 +6,7 @@ use super::Kind;
 use crate::error::{Error, ErrorKind};
 use crate::semaphore::Semaphore;
 use crate::task::context::TaskContext;
-use crate::task::task::{Outcome, Task};
+use crate::task::header::{Outcome, Task};
 
 /// A fence's payload: the semaphore value it signals, if any.
 pub(crate) struct FencePayload {

@@ -6,7 +6,7 @@ use super::Kind;
 use crate::error::{Error, ErrorKind};
 use crate::small_box::SmallBox;
 use crate::task::context::TaskContext;
-use crate::task::task::{Outcome, Task, PAYLOAD};
+use crate::task::header::{Outcome, Task, PAYLOAD};
 use crate::unwind::guarded;
 
 /// Runs whether or not its predecessors failed, and is told which. The

@@ -14,8 +14,8 @@ use std::marker::PhantomData;
 use std::ptr::{addr_of_mut, NonNull};
 
 use super::context::TaskContext;
+use super::header::{Outcome, Task, VTable};
 use super::scope::ScopeInner;
-use super::task::{Outcome, Task, VTable};
 use super::Priority;
 use crate::error::Error;
 use crate::pool::BlockSource;

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use super::Kind;
 use crate::list::SList;
 use crate::task::context::TaskContext;
-use crate::task::task::{ForkLink, Outcome, Task};
+use crate::task::header::{ForkLink, Outcome, Task};
 
 /// A task that does nothing: a join point.
 pub(crate) struct Nop;

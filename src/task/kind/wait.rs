@@ -11,7 +11,7 @@ use crate::semaphore::{Registration, Semaphore, Timepoint};
 use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
 use crate::task::context::TaskContext;
-use crate::task::task::{Outcome, Task, FLAG_CANCELLED};
+use crate::task::header::{Outcome, Task, FLAG_CANCELLED};
 use crate::task::worker::ExecutorState;
 
 /// A wait task's payload: what it waits for, its timepoint, and its place

@@ -99,7 +99,7 @@ impl ExecutorState {
 
     /// The number of workers.
     pub(crate) fn workers(&self) -> usize {
-        self.slots.len()
+        self.seats.len()
     }
 
     /// The calling thread's worker index, if it is a worker of this
@@ -152,22 +152,22 @@ impl ExecutorState {
     /// spins or is parked). Relaxed loads: a hint, unless ordered by a
     /// fence (as in [`offer_turn`](Self::offer_turn)).
     pub(crate) fn has_idle_worker(&self) -> bool {
-        self.slots
+        self.seats
             .iter()
             .any(|s| !s.counters.running.load(Ordering::Relaxed))
     }
 
     /// Offers `turn`, a queue's issuer turn (run by this executor's
-    /// [`TurnRunner`]), to the workers through its queue's slot `slot`,
+    /// [`TurnRunner`]), to the workers through its queue's cell `cell`,
     /// from a thread that is not a worker. `Ok`: a worker that is not
     /// inside a task will run it before it runs any task (none of them
     /// can be blocked in user code meanwhile). `Err(turn)`: every worker
     /// is busy (maybe blocked until an action in this very turn is
     /// issued): the caller keeps the turn and drains on.
     ///
-    /// The protocol is Dekker's: this thread stores the slot, fences and
+    /// The protocol is Dekker's: this thread stores the cell, fences and
     /// reads the workers' `running` flags; a worker leaving idle stores
-    /// its flag, fences and reads the slots (`Worker::execute`). With both
+    /// its flag, fences and reads the cells (`Worker::execute`). With both
     /// fences sequentially consistent one of the two sees the other: if
     /// this reads a worker's flag clear, that worker sees the turn before
     /// its next task (or, idle, after the wake-up this sends); if every
@@ -176,9 +176,9 @@ impl ExecutorState {
     /// it next finds none: between tasks too, so a flag set once per busy
     /// stretch and one fence per stretch do, not per task.)
     ///
-    /// The slot must be empty: a queue has one turn.
-    pub(crate) fn offer_turn(&self, slot: usize, turn: NonNull<()>) -> Result<(), NonNull<()>> {
-        let cell = &self.turns[slot];
+    /// The cell must be empty: a queue has one turn.
+    pub(crate) fn offer_turn(&self, cell: usize, turn: NonNull<()>) -> Result<(), NonNull<()>> {
+        let cell = &self.turns[cell];
         debug_assert!(cell.load(Ordering::Relaxed).is_null(), "one turn a queue");
         // Release: pairs with the Acquire swap in `Worker::run_turns`
         // (run.rs): the old holder's passes happen before the taker's.

@@ -212,7 +212,7 @@ impl Worker {
             loop {
                 match self.shared.stealers[victim].steal_batch_and_pop(self.local()) {
                     Steal::Success(t) => {
-                        WorkerCounters::bump(&self.shared.slots[self.index].counters.steals);
+                        WorkerCounters::bump(&self.shared.seats[self.index].counters.steals);
                         crate::trace::instant(crate::trace::Kind::Steal, 0, victim as u64, 0);
                         // The rest of the batch sits on our deque now.
                         self.unannounced |= !self.local().is_empty();
@@ -278,7 +278,7 @@ impl Worker {
         // Park, also at shutdown while some task still runs elsewhere: the
         // worker that retires the last one wakes everyone (`flush`), and
         // its epoch bump stops us from parking past it (`announce`).
-        let slot = &shared.slots[self.index];
+        let seat = &shared.seats[self.index];
         // Read before the flag is armed: nothing between the announce and
         // the park takes a lock (a lock there held the worker while a
         // waker unparked it; under loom, whose blocked lock drops a
@@ -292,11 +292,11 @@ impl Worker {
         // between another thread's swap read and write (loom issues #254,
         // #389): its waker then reads a stale `false` and the model
         // deadlocks with this worker parked. Parking is the slow path.
-        // Release: pairs with the Acquire of the swap in `Slot::wake`
+        // Release: pairs with the Acquire of the swap in `Seat::wake`
         // (state.rs), which then reads our thread handle.
-        let _ = slot.sleeping.swap(true, Ordering::Release);
+        let _ = seat.sleeping.swap(true, Ordering::Release);
         if shared.sleep.announce(epoch) {
-            let counters = &slot.counters;
+            let counters = &seat.counters;
             WorkerCounters::bump(&counters.parks);
             let parked = crate::trace::now();
             // Sleep until the epoch moves: every wake (`notify`, `wake_all`)
@@ -328,8 +328,8 @@ impl Worker {
                 // AcqRel RMW, so either that waker's bump comes after it
                 // (and the waker's flag swap then sees this `true`) or we
                 // see the bump and stay up. AcqRel: pairs with the swap in
-                // `Slot::wake` (state.rs) like the first arm.
-                let _ = slot.sleeping.swap(true, Ordering::AcqRel);
+                // `Seat::wake` (state.rs) like the first arm.
+                let _ = seat.sleeping.swap(true, Ordering::AcqRel);
                 if shared.sleep.epoch_now() != epoch {
                     WorkerCounters::bump(&counters.wakeups);
                     break;
@@ -337,9 +337,9 @@ impl Worker {
             }
             crate::trace::span(crate::trace::Kind::Park, parked, 0, self.index as u64, 0);
         }
-        // Release: pairs with `Slot::wake`'s swap, which, reading `false`,
+        // Release: pairs with `Seat::wake`'s swap, which, reading `false`,
         // reads nothing more: not needed (a swap for loom, as above).
-        let _ = slot.sleeping.swap(false, Ordering::Release);
+        let _ = seat.sleeping.swap(false, Ordering::Release);
         shared.sleep.leave();
         true
     }

@@ -29,10 +29,10 @@ use super::deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_utils::CachePadded;
 
 use super::context::TaskContext;
+use super::header::{ForkLink, Outcome, QueueLink, Task, TaskPtr, FLAG_CANCELLED, FLAG_FAILED};
 use super::kind::{WaitLink, WaitState};
 use super::scope::ScopeInner;
 use super::sleep::SleepState;
-use super::task::{ForkLink, Outcome, QueueLink, Task, TaskPtr, FLAG_CANCELLED, FLAG_FAILED};
 use super::Priority;
 use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, Injector, SList, Take};
@@ -97,10 +97,10 @@ pub(crate) struct Worker {
     busy: bool,
     /// `shared.levels`, kept here (read at every task).
     levels: bool,
-    /// With levels: tasks started since the last fairness turn (see
+    /// With levels: tasks started since the last fairness pick (see
     /// [`Priority::FAIRNESS_PERIOD`]).
     ticks: u32,
-    /// With levels: the last fairness turn looked at `Low` first (the
+    /// With levels: the last fairness pick looked at `Low` first (the
     /// next looks at `Normal` first).
     low_first: bool,
     /// The executor this worker runs for.

@@ -13,7 +13,7 @@ impl Worker {
             self.busy = true;
             self.set_running(true);
             // SeqCst: pairs with the fence in `ExecutorState::offer_turn`
-            // (hop.rs): flag store then slot loads here, slot store then
+            // (hop.rs): flag store then cell loads here, cell store then
             // flag loads there, so at least one sees the other.
             fence(Ordering::SeqCst);
             self.run_turns();
@@ -23,13 +23,13 @@ impl Worker {
 
     /// This worker's `running` flag: a store, not an RMW (its alone).
     pub(super) fn set_running(&self, running: bool) {
-        self.shared.slots[self.index]
+        self.shared.seats[self.index]
             .counters
             .running
             .store(running, Ordering::Relaxed);
     }
 
-    /// Runs the issuer turns offered in the executor's slots
+    /// Runs the issuer turns offered in the executor's turn cells
     /// ([`ExecutorState::offer_turn`]); `true` if there were any. Called
     /// when the worker leaves idle (flag already set) and from
     /// [`find`](Self::find) once out of local work (before the injector:
@@ -38,14 +38,14 @@ impl Worker {
     /// meanwhile (the other workers busy too) is taken back by its
     /// offerer, who drains it at once, rather than queued behind this
     /// drain; it is cleared again after (a drain runs no task, and an idle
-    /// worker still looks at the slots before its next task).
+    /// worker still looks at the cells before its next task).
     pub(super) fn run_turns(&self) -> bool {
         let Some(run) = self.shared.run_turn else {
             return false;
         };
         let mut any = false;
         for cell in self.shared.turns.iter() {
-            // A load first: the slots' line stays shared while empty.
+            // A load first: the cells' line stays shared while empty.
             if cell.load(Ordering::Relaxed).is_null() {
                 continue;
             }
@@ -59,7 +59,7 @@ impl Worker {
                 // (a backend's) must not end the worker: the queue's drain
                 // gave the turn back before rethrowing it.
                 // SAFETY: offered through `offer_turn` (the runner's
-                // contract) and taken from its slot by the swap above,
+                // contract) and taken from its cell by the swap above,
                 // once.
                 let _ =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { run(turn) }));
@@ -173,7 +173,7 @@ impl Worker {
                 (None, None) => return,
             }
             // With levels, the task to continue with yields to a higher
-            // level's waiting task, and to a fairness turn: back where it
+            // level's waiting task, and to a fairness pick: back where it
             // waits, and the worker looks for work in order.
             if self.levels
                 && (self.ticks >= Priority::FAIRNESS_PERIOD || self.outranked(Task::priority(task)))

@@ -1,16 +1,16 @@
-//! The executor's shared state: the injector, the workers' slots and
+//! The executor's shared state: the injector, the workers' seats and
 //! counters, waking and shutdown.
 
 use super::*;
 
-/// One worker's slot in the shared state.
+/// One worker's seat in the shared state.
 ///
 /// Waking a worker takes no lock. The worker writes its thread handle
 /// once, when it starts, before it first sets `sleeping`; a waker reads the
 /// handle only after a `swap` that took `sleeping` from `true` (acquiring
 /// that write). So the handle is never read before it is written, and
 /// never written again.
-pub(crate) struct Slot {
+pub(crate) struct Seat {
     thread: UnsafeCell<Option<Thread>>,
     /// Set by the worker before it parks; cleared by whoever wakes it.
     pub(super) sleeping: AtomicBool,
@@ -31,32 +31,32 @@ pub(crate) struct WorkerCounters {
     pub(crate) steals: AtomicU64,
     /// Busy: set when the worker starts a task after being idle, cleared
     /// when it next finds no task (enters `Worker::idle`). While it is
-    /// clear, the worker looks at the executor's turn slots before it runs
+    /// clear, the worker looks at the executor's turn cells before it runs
     /// any task (user code that may block): see
     /// [`ExecutorState::offer_turn`], the protocol it is half of.
     pub(super) running: AtomicBool,
 }
 
 impl WorkerCounters {
-    /// Adds one to a counter of the calling worker's own slot.
+    /// Adds one to a counter of the calling worker's own seat.
     pub(super) fn bump(counter: &AtomicU64) {
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 }
 
-impl Slot {
-    fn new() -> Slot {
-        Slot {
+impl Seat {
+    fn new() -> Seat {
+        Seat {
             thread: UnsafeCell::new(None),
             sleeping: AtomicBool::new(false),
             counters: CachePadded::new(WorkerCounters::default()),
         }
     }
 
-    /// Records the calling thread as this slot's worker.
+    /// Records the calling thread as this seat's worker.
     ///
     /// # Safety
-    /// Called once, by the slot's worker thread, before it first parks.
+    /// Called once, by the seat's worker thread, before it first parks.
     pub(crate) unsafe fn register_current(&self) {
         // SAFETY: no waker reads the handle before it acquires the first
         // `sleeping = true`, which the worker stores after this write; the
@@ -65,7 +65,7 @@ impl Slot {
             .with_mut(|t| unsafe { *t = Some(crate::sync::thread::current()) });
     }
 
-    /// Takes the slot's `sleeping` flag; if the worker was asleep, unparks
+    /// Takes the seat's `sleeping` flag; if the worker was asleep, unparks
     /// it. `true` if it was.
     fn wake(&self) -> bool {
         // AcqRel: the Acquire pairs with the worker's Release swaps of
@@ -111,10 +111,10 @@ pub(crate) struct ExecutorState {
     /// `Worker::find_leveled`).
     pub(crate) high_chunks: AtomicUsize,
     /// Ready `Low` tasks (with levels), likewise: taken after everything
-    /// else, and on fairness turns.
+    /// else, and on fairness picks.
     pub(crate) low: Injector<ForkLink>,
     pub(crate) stealers: Box<[Stealer<TaskPtr>]>,
-    pub(crate) slots: Box<[Slot]>,
+    pub(crate) seats: Box<[Seat]>,
     pub(super) sleep: CachePadded<SleepState>,
     pub(crate) shutdown: AtomicBool,
     /// Tasks created and not yet retired (graphs not submitted included).
@@ -126,7 +126,7 @@ pub(crate) struct ExecutorState {
     #[cfg_attr(fenceline_loom, allow(dead_code))]
     pub(crate) spin: bool,
     /// Issuer turns offered to the workers ([`offer_turn`](Self::offer_turn)):
-    /// one slot per queue of a CPU device, none for a bare executor.
+    /// one cell per queue of a CPU device, none for a bare executor.
     /// (Each on its own line: a worker reads them when it leaves idle and
     /// when it runs out of local work, an offer writes one.)
     pub(super) turns: Box<[CachePadded<AtomicPtr<()>>]>,
@@ -139,7 +139,7 @@ pub(crate) struct ExecutorState {
 ///
 /// # Safety
 /// The argument is a turn offered through `offer_turn` and taken from its
-/// slot by the caller, run once.
+/// cell by the caller, run once.
 pub(crate) type TurnRunner = unsafe fn(NonNull<()>);
 
 // SAFETY: the raw task pointers inside (injector, waits) are owned by the
@@ -159,7 +159,7 @@ impl ExecutorState {
     ) -> Result<ExecutorState, Error> {
         Ok(ExecutorState {
             pool: BlockPool::with_config(crate::pool::BlockPoolConfig {
-                block_size: crate::task::task::TASK_BLOCK,
+                block_size: crate::task::header::TASK_BLOCK,
                 align: crate::CACHE_LINE,
                 first_chunk_blocks: 256,
                 max_blocks: None,
@@ -170,7 +170,7 @@ impl ExecutorState {
             high_chunks: AtomicUsize::new(0),
             low: Injector::new(),
             stealers,
-            slots: (0..workers).map(|_| Slot::new()).collect(),
+            seats: (0..workers).map(|_| Seat::new()).collect(),
             sleep: CachePadded::new(SleepState::new()),
             shutdown: AtomicBool::new(false),
             live: AtomicUsize::new(0),
@@ -280,10 +280,10 @@ impl ExecutorState {
     }
 
     fn wake_one(&self) {
-        for slot in self.slots.iter() {
-            // Load first: most slots are awake, and a swap would take their
+        for seat in self.seats.iter() {
+            // Load first: most workers are awake, and a swap would take their
             // cache line from them.
-            if slot.sleeping.load(Ordering::Relaxed) && slot.wake() {
+            if seat.sleeping.load(Ordering::Relaxed) && seat.wake() {
                 return;
             }
         }
@@ -307,13 +307,13 @@ impl ExecutorState {
     /// Wakes every worker (shutdown, or the last task retired under it).
     pub(crate) fn wake_all(&self) {
         self.sleep.notify();
-        for slot in self.slots.iter() {
+        for seat in self.seats.iter() {
             // Only a worker whose `sleeping` the swap takes from `true` is
             // unparked. One that sets it later read its epoch either before
             // the bump above (its `announce` then sees the epoch moved and
             // it does not park) or after (it then sees what was published
             // before the bump, the shutdown flag included).
-            slot.wake();
+            seat.wake();
         }
     }
 }
