@@ -15,6 +15,7 @@ use std::fmt;
 
 use super::recording::command::Command;
 use super::recording::{RecordingPool, RecordingRef, Target};
+use super::validate;
 use super::Buffer;
 use crate::error::{Error, ErrorKind};
 use crate::sync::Arc;
@@ -80,25 +81,14 @@ impl CommandBuffer {
 
     /// Checks that `buffer` is memory of this command buffer's device.
     fn check_buffer(&self, buffer: &Buffer) -> Result<(), Error> {
-        let pool = self.recording.pool();
-        if pool.target.owns(buffer) {
-            // A CUDA buffer from `Queue::alloca` has an address only
-            // between its alloca and its dealloca.
-            if buffer.cuda_transient_queue().is_some() {
-                buffer.device_ptr()?;
-            }
-            Ok(())
-        } else {
-            Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "buffer belongs to another device than the command buffer",
-            ))
-        }
+        validate::of_device(&self.recording.pool().target, buffer)
     }
 
-    /// Records `command` (dropped, with nothing recorded, on an error).
+    /// Records `command` if it may join the open stage (dropped, with
+    /// nothing recorded, on an error).
     pub(super) fn record(&mut self, command: Command) -> Result<(), Error> {
         let recording = self.recording_mut()?;
+        validate::stage(recording, &command)?;
         recording.push(command)
     }
 
@@ -162,21 +152,9 @@ impl CommandBuffer {
         len: usize,
         pattern: &[u8],
     ) -> Result<(), Error> {
-        let plen = pattern.len();
-        if !matches!(plen, 1 | 2 | 4) {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("fill pattern length {plen}: must be 1, 2 or 4"),
-            ));
-        }
-        if offset % plen != 0 || len % plen != 0 {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("fill offset {offset} length {len}: must be multiples of the pattern length {plen}"),
-            ));
-        }
-        buffer.range(offset, len)?;
+        validate::fill(buffer, offset, len, pattern)?;
         self.check_buffer(buffer)?;
+        let plen = pattern.len();
         let mut p = [0u8; 4];
         p[..plen].copy_from_slice(pattern);
         self.record(Command::Fill {
@@ -280,14 +258,7 @@ impl CommandBuffer {
         dst_offset: usize,
         len: usize,
     ) -> Result<(), Error> {
-        let s = src.range(src_offset, len)?;
-        let d = dst.range(dst_offset, len)?;
-        if src.same(dst) && len > 0 && s.start < d.end && d.start < s.end {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("copy within one buffer: {s:?} overlaps {d:?}"),
-            ));
-        }
+        validate::copy(src, src_offset, dst, dst_offset, len)?;
         self.check_buffer(src)?;
         self.check_buffer(dst)?;
         self.record(Command::Copy {

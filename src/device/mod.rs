@@ -32,6 +32,7 @@ mod queue;
 mod recording;
 mod stats;
 pub(crate) mod teardown;
+mod validate;
 mod work;
 
 use std::fmt;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::data::table;
 use super::recording::RecordingRef;
+use super::validate;
 use super::work::Work;
 use super::{
     host_fn, on_backend, Buffer, CommandBuffer, DeviceBackend, DeviceInner,
@@ -25,21 +26,6 @@ pub struct Queue {
 impl fmt::Debug for Queue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Queue").field("index", &self.index).finish()
-    }
-}
-
-/// Checks that every recording was made for the device it is submitted to.
-fn check_recordings(device: &DeviceInner, recordings: &[&RecordingRef]) -> Result<(), Error> {
-    let ok = recordings
-        .iter()
-        .all(|r| on_backend!(device, |d| d.made(&r.pool().target)));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::new(
-            ErrorKind::FailedPrecondition,
-            "command buffer was recorded for another device",
-        ))
     }
 }
 
@@ -233,7 +219,7 @@ impl Queue {
         let mut more = Vec::new();
         for (i, cb) in command_buffers.iter().enumerate() {
             let r = cb.recording_for_submit()?;
-            check_recordings(&self.device, &[r])?;
+            validate::recordings(&self.device, &[r])?;
             on_backend!(&*self.device, |d| if d.checks_uses() {
                 r.each_cuda_transient(|b| d.check_use(b, self.index, true))?;
             });

@@ -14,7 +14,7 @@ use super::buffer::Buffer;
 use super::buffer::HostMem;
 use super::hold::Access;
 use crate::device::recording::Recording;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::pool::{BlockPool, BlockPoolConfig};
 
 /// A table's block.
@@ -60,16 +60,6 @@ fn pool() -> &'static BlockPool {
     &POOL
 }
 
-/// Whether `buffer` is memory of the device `recording` was made for.
-fn same_device(buffer: &Buffer, recording: &Recording) -> bool {
-    let pool = recording.pool();
-    pool.target.owns(buffer)
-}
-
-fn invalid(message: String) -> Error {
-    Error::new(ErrorKind::InvalidArgument, message)
-}
-
 impl SlotTable {
     /// Checks `table` against how `recordings` (ended, of one device) use
     /// its slots and makes the submission's table.
@@ -85,62 +75,7 @@ impl SlotTable {
         table: &[&Buffer],
         recordings: impl Iterator<Item = &'r Recording> + Clone,
     ) -> Result<SlotTable, Error> {
-        if table.len() > MAX_SLOTS {
-            return Err(invalid(format!(
-                "a binding table of {} buffers: at most {MAX_SLOTS}",
-                table.len()
-            )));
-        }
-        let mut uses: [Option<Access>; MAX_SLOTS] = [None; MAX_SLOTS];
-        for r in recordings.clone() {
-            for (slot, u) in r.slots().iter().enumerate() {
-                let Some(access) = u.access else { continue };
-                let Some(buffer) = table.get(slot) else {
-                    return Err(invalid(format!(
-                        "a command buffer binds slot {slot}, but the table has {} buffers",
-                        table.len()
-                    )));
-                };
-                if buffer.len() < u.need {
-                    return Err(invalid(format!(
-                        "slot {slot}: a buffer of {} bytes, but its chunks span {} bytes",
-                        buffer.len(),
-                        u.need
-                    )));
-                }
-                if !same_device(buffer, r) {
-                    return Err(invalid(format!(
-                        "slot {slot}: a buffer of another device than the command buffers"
-                    )));
-                }
-                uses[slot] = Some(match (uses[slot], access) {
-                    (Some(Access::Write), _) | (_, Access::Write) => Access::Write,
-                    _ => Access::Read,
-                });
-            }
-        }
-        for (i, a) in table.iter().enumerate() {
-            let Some(access_a) = uses[i] else { continue };
-            for (j, b) in table[..i].iter().enumerate() {
-                let Some(access_b) = uses[j] else { continue };
-                if a.same(b) && (access_a == Access::Write || access_b == Access::Write) {
-                    return Err(invalid(format!(
-                        "slots {j} and {i} hold one buffer and one of them is written"
-                    )));
-                }
-            }
-            for r in recordings.clone() {
-                for e in r.holds() {
-                    if e.buffer.same(a) && (e.access == Access::Write || access_a == Access::Write)
-                    {
-                        return Err(invalid(format!(
-                            "slot {i} holds a buffer that a command buffer of the \
-                             submission also binds, and one of them writes it"
-                        )));
-                    }
-                }
-            }
-        }
+        let uses = crate::device::validate::table(table, recordings)?;
         let mut views = SlotViews {
             views: [SlotView {
                 base: std::ptr::null_mut(),

@@ -246,43 +246,6 @@ impl Command {
         }
     }
 
-    /// A slot `self` and `other` bind in conflicting ways (one of them
-    /// writes it).
-    pub(super) fn slot_conflict_with(&self, other: &Command) -> Option<usize> {
-        let mut found = None;
-        self.slot_accesses(|a, access_a, _| {
-            other.slot_accesses(|b, access_b, _| {
-                if found.is_none()
-                    && a == b
-                    && (access_a == Access::Write || access_b == Access::Write)
-                {
-                    found = Some(a);
-                }
-            });
-        });
-        found
-    }
-
-    /// The first buffer `self` and `other` touch in conflicting ways (one
-    /// of them writes it).
-    pub(super) fn conflict_with(&self, other: &Command) -> Option<Buffer> {
-        let mut found = None;
-        self.accesses(|a, access_a| {
-            if found.is_some() {
-                return;
-            }
-            other.accesses(|b, access_b| {
-                if found.is_none()
-                    && a.same(b)
-                    && (access_a == Access::Write || access_b == Access::Write)
-                {
-                    found = Some(a.clone());
-                }
-            });
-        });
-        found
-    }
-
     used_by_cuda! {
     /// A command that moves no bytes (skipped by the CUDA device).
     pub(crate) fn is_empty_op(&self) -> bool {

@@ -111,6 +111,17 @@ pub(crate) struct Commands<'a> {
     _stage: std::marker::PhantomData<&'a Stage>,
 }
 
+impl Commands<'_> {
+    /// No commands.
+    fn empty() -> Self {
+        Commands {
+            next: None,
+            left: 0,
+            _stage: std::marker::PhantomData,
+        }
+    }
+}
+
 impl<'a> Iterator for Commands<'a> {
     type Item = &'a Command;
 
@@ -259,6 +270,16 @@ impl Recording {
     }
 
     /// Moves `value` into the arena.
+    /// The commands of the open stage (none after a barrier, or before
+    /// the first command).
+    pub(crate) fn open_stage(&self) -> Commands<'_> {
+        match self.last_stage.filter(|_| self.stage_open) {
+            // SAFETY: in our arena, alive while `self` is.
+            Some(stage) => unsafe { stage.as_ref() }.commands(),
+            None => Commands::empty(),
+        }
+    }
+
     pub(crate) fn alloc<T>(&self, value: T) -> Result<NonNull<T>, Error> {
         self.bump
             .try_alloc(value)
@@ -315,40 +336,13 @@ impl Recording {
 
     /// Records `command` at the end (of a new stage after a barrier).
     ///
+    /// The caller checked it may join the open stage
+    /// (`validate::stage`).
+    ///
     /// # Errors
-    /// `InvalidArgument` (nothing recorded, the command dropped) if the
-    /// open stage has a command that touches a buffer this one writes, or
-    /// writes one it reads: commands of a stage run at once.
+    /// `ResourceExhausted` (nothing recorded, the command dropped) if the
+    /// arena cannot grow.
     pub(crate) fn push(&mut self, command: Command) -> Result<(), Error> {
-        if self.stage_open {
-            if let Some(stage) = self.last_stage {
-                // SAFETY: in our arena; `&mut self`.
-                for other in unsafe { stage.as_ref() }.commands() {
-                    if let Some(slot) = command.slot_conflict_with(other) {
-                        return Err(Error::new(
-                            ErrorKind::InvalidArgument,
-                            format!(
-                                "slot {slot} is written by one command of this stage and \
-                                 bound by another: commands of a stage run at once \
-                                 (record a barrier between them)"
-                            ),
-                        ));
-                    }
-                    if let Some(buffer) = command.conflict_with(other) {
-                        return Err(Error::new(
-                            ErrorKind::InvalidArgument,
-                            format!(
-                                "buffer {:p} ({} bytes) is written by one command of this stage \
-                                 and used by another: commands of a stage run at once \
-                                 (record a barrier between them)",
-                                buffer.id(),
-                                buffer.len()
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
         let new_holds = self.new_holds(&command)?;
         if let Target::Cuda(_) = self.pool().target {
             command.buffers(|b| {
