@@ -42,18 +42,34 @@ pub mod timepoint {
     pub use crate::semaphore::timepoint::*;
 }
 
-/// The executor's lock-free counters (their loom models).
+/// The executor's lock-free counters and its issuer-turn cells (their
+/// loom models).
 pub mod executor {
+    pub use super::ExecutorInternals;
     pub use crate::task::join_count::JoinCount;
     pub use crate::task::sleep::SleepState;
     pub use crate::task::tile_counter::TileCounter;
+    use crate::task::{Executor, ExecutorConfig};
+
+    /// [`Executor::new`], with `turns` issuer-turn cells whose turns
+    /// `run_turn` runs.
+    ///
+    /// # Errors
+    /// As [`Executor::new`].
+    pub fn with_turn_cells(
+        config: ExecutorConfig,
+        turns: usize,
+        run_turn: unsafe fn(std::ptr::NonNull<()>),
+    ) -> Result<Executor, crate::Error> {
+        Executor::with_turn_cells(config, turns, run_turn)
+    }
 }
 
 /// A pending-queue backend that completes what the test says.
 pub use crate::queue::testing::*;
 
 /// The completion stack backends finish through, and its batches.
-pub use crate::queue::backend::{CompletionStack, Completions};
+pub use crate::queue::completion_stack::{CompletionStack, Completions};
 
 /// Issue passes one submit may run before it hands the turn off, and the
 /// passes the calling thread ran.
@@ -148,6 +164,20 @@ impl<B: crate::queue::Backend> PendingQueueInternals for crate::queue::PendingQu
     }
     fn actions_examined(&self) -> u64 {
         crate::queue::PendingQueue::actions_examined(self)
+    }
+}
+
+/// An executor's issuer-turn cells (see [`executor::with_turn_cells`]).
+pub trait ExecutorInternals {
+    /// Offers a turn through cell `cell` (empty; not from a worker): `Ok`
+    /// if a worker will run it, `Err(turn)` if every worker is busy and the
+    /// caller keeps it.
+    fn offer_turn(&self, cell: usize, turn: NonNull<()>) -> Result<(), NonNull<()>>;
+}
+
+impl ExecutorInternals for crate::task::Executor {
+    fn offer_turn(&self, cell: usize, turn: NonNull<()>) -> Result<(), NonNull<()>> {
+        crate::task::Executor::offer_turn(self, cell, turn)
     }
 }
 

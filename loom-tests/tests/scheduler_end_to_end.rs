@@ -14,6 +14,7 @@
 
 use fenceline::semaphore::EventPool;
 use fenceline::task::{Executor, ExecutorConfig, Scope};
+use fenceline::testing::ExecutorInternals;
 use fenceline::{wait_all, CpuConfig, Device, ErrorKind, Semaphore, Timeout};
 use fenceline_loom_tests::{big_model, submit_wait_then_fence};
 use loom::sync::atomic::{AtomicUsize, Ordering};
@@ -482,7 +483,7 @@ unsafe fn signal_turn(turn: std::ptr::NonNull<()>) {
 fn an_offered_turn_runs_before_a_task_that_may_block_on_it() {
     big_model().check(|| {
         let exec = Arc::new(
-            Executor::with_turn_slots(
+            fenceline::testing::executor::with_turn_cells(
                 ExecutorConfig {
                     workers: 1,
                     spin: false,

@@ -5,12 +5,8 @@ use std::fmt;
 use std::ptr::NonNull;
 
 use super::action::QueueAction;
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-use super::action::SubmitLink;
 use super::pending::QueueState;
 use crate::error::{Error, ErrorKind};
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-use crate::list::{Handle, SList, TransferStack};
 use crate::semaphore::{AnyEvent, Semaphore};
 
 /// A device backend: runs ready actions' payloads.
@@ -243,7 +239,7 @@ impl<B: Backend> Completion<B> {
     /// `raw` is an issued action of a `PendingQueue<B>` whose token was
     /// forgotten (see [`CompletionStack::push`]); taken back once.
     #[cfg(any(feature = "cuda", feature = "testing", test))]
-    unsafe fn from_raw(raw: *mut ()) -> Completion<B> {
+    pub(super) unsafe fn from_raw(raw: *mut ()) -> Completion<B> {
         let action = raw.cast::<QueueAction<B::Payload>>();
         // SAFETY: per contract, a live issued action; its owner is the
         // queue's shared state, which outlives it.
@@ -301,128 +297,5 @@ impl<B: Backend> Drop for Completion<B> {
         );
         // SAFETY: as in `complete`.
         unsafe { QueueState::finish(self.shared, self.action, Err(error), false) };
-    }
-}
-
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-/// A lock-free stack of issued actions, for a backend that hands
-/// completions from one thread (a driver callback) to another. It links
-/// the actions through their own submit links (free once issued): no
-/// allocation, no lock.
-pub struct CompletionStack<B: Backend> {
-    stack: TransferStack<SubmitLink<B::Payload>>,
-}
-
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-// SAFETY: the stack owns the pushed actions (payloads are `Send`).
-unsafe impl<B: Backend> Send for CompletionStack<B> {}
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-// SAFETY: push and take_all are lock-free and safe from any thread.
-unsafe impl<B: Backend> Sync for CompletionStack<B> {}
-
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-impl<B: Backend> Default for CompletionStack<B> {
-    fn default() -> Self {
-        CompletionStack {
-            stack: TransferStack::new(),
-        }
-    }
-}
-
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-impl<B: Backend> fmt::Debug for CompletionStack<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("CompletionStack")
-    }
-}
-
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-impl<B: Backend> CompletionStack<B> {
-    /// Pushes an issued action; only atomic operations (safe in a driver
-    /// callback).
-    pub fn push(&self, work: Completion<B>) {
-        let action = work.action;
-        std::mem::forget(work);
-        // SAFETY: an issued action is linked nowhere; its submit links are
-        // free and the stack now owns it.
-        self.stack.push(unsafe { Handle::from_raw(action) });
-    }
-
-    /// Takes every pushed action, oldest first. Actions the iterator is
-    /// dropped before yielding are completed with an error, not leaked.
-    #[must_use = "dropping the iterator fails every action it still holds"]
-    pub fn take_all(&self) -> Completions<B> {
-        Completions {
-            list: self.stack.take_all(),
-        }
-    }
-
-    /// Whether nothing is pushed (a snapshot).
-    pub fn is_empty(&self) -> bool {
-        self.stack.is_empty()
-    }
-}
-
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-/// Actions taken from a [`CompletionStack`], oldest first: an iterator,
-/// and a FIFO a backend can keep and [`append`](Self::append) to.
-pub struct Completions<B: Backend> {
-    list: SList<SubmitLink<B::Payload>>,
-}
-
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-impl<B: Backend> Completions<B> {
-    /// Adds `more` (taken later) behind these.
-    pub fn append(&mut self, mut more: Completions<B>) {
-        self.list.append(&mut more.list);
-    }
-
-    /// Actions not yet yielded.
-    pub fn len(&self) -> usize {
-        self.list.len()
-    }
-
-    /// Whether every action was yielded.
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-}
-
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-impl<B: Backend> fmt::Debug for Completions<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Completions")
-            .field("len", &self.len())
-            .finish()
-    }
-}
-
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-impl<B: Backend> Iterator for Completions<B> {
-    type Item = Completion<B>;
-
-    fn next(&mut self) -> Option<Completion<B>> {
-        self.list.pop_front().map(|action| {
-            // SAFETY: pushed by `CompletionStack::push` from a
-            // `Completion<B>`, and popped once.
-            unsafe { Completion::from_raw(action.into_raw().as_ptr().cast()) }
-        })
-    }
-}
-
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-impl<B: Backend> Drop for Completions<B> {
-    fn drop(&mut self) {
-        for work in self.by_ref() {
-            drop(work);
-        }
-    }
-}
-
-#[cfg(any(feature = "cuda", feature = "testing", test))]
-impl<B: Backend> Drop for CompletionStack<B> {
-    fn drop(&mut self) {
-        // Complete (with an error) anything left rather than strand it.
-        drop(self.take_all());
     }
 }

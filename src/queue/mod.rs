@@ -45,7 +45,12 @@
 
 mod action;
 pub(crate) mod backend;
+#[cfg(any(feature = "cuda", feature = "testing", test))]
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+pub(crate) mod completion_stack;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod issuer;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod pending;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod testing;
@@ -53,6 +58,6 @@ pub(crate) mod testing;
 pub(crate) use backend::Internal;
 pub use backend::{Backend, Completion, IssueTurn};
 #[cfg(feature = "cuda")]
-pub(crate) use backend::{CompletionStack, Completions};
+pub(crate) use completion_stack::{CompletionStack, Completions};
 pub(crate) use pending::in_issue_pass;
 pub use pending::{PendingQueue, QueueStats};

@@ -6,9 +6,11 @@
 mod event_pool;
 mod future;
 mod node_pool;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod state;
 mod timeout;
 // Timepoints are the raw registration under waits, queues and devices.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod timepoint;
 mod wait;
 

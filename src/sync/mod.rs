@@ -7,9 +7,12 @@
 //!
 //! [loom]: https://docs.rs/loom
 
-// With the counting atomics, the handle's count is the crate's own type,
-// so `testing` does not re-export it.
-#[cfg_attr(fenceline_count_rmw, allow(unreachable_pub))]
+// Re-exported by `testing`, but not with the counting atomics, whose
+// counter type is the crate's own.
+#[cfg_attr(
+    any(not(feature = "testing"), fenceline_count_rmw),
+    allow(unreachable_pub)
+)]
 pub(crate) mod counted;
 #[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
 pub(crate) mod rmw_count;

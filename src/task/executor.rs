@@ -203,7 +203,8 @@ impl Executor {
 }
 
 /// The issuer-turn cells alone, for the models of their protocol
-/// (`loom-tests`): a device's queues use them through its backend.
+/// (`loom-tests`, through `fenceline::testing`): a device's queues use
+/// them through its backend.
 #[cfg(feature = "testing")]
 impl Executor {
     /// [`Executor::new`], with `turns` issuer-turn cells whose turns
@@ -211,7 +212,7 @@ impl Executor {
     ///
     /// # Errors
     /// As [`Executor::new`].
-    pub fn with_turn_cells(
+    pub(crate) fn with_turn_cells(
         config: ExecutorConfig,
         turns: usize,
         run_turn: unsafe fn(std::ptr::NonNull<()>),
@@ -222,7 +223,7 @@ impl Executor {
     /// Offers a turn through cell `cell` (empty; not from a worker):
     /// `Ok` if a worker will run it, `Err(turn)` if every worker is busy
     /// and the caller keeps it.
-    pub fn offer_turn(
+    pub(crate) fn offer_turn(
         &self,
         cell: usize,
         turn: std::ptr::NonNull<()>,

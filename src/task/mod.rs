@@ -17,11 +17,14 @@ mod executor;
 mod graph;
 #[allow(clippy::module_inception)]
 mod header;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod join_count;
 mod kind;
 pub(crate) mod priority;
 mod scope;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod sleep;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod tile_counter;
 mod worker;
 

@@ -4,6 +4,7 @@
 
 pub(crate) mod binding;
 pub(crate) mod buffer;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod hold;
 pub(crate) mod host_mem;
 pub(crate) mod table;
