@@ -13,7 +13,6 @@ crate::sync::thread_local! {
 /// `testing`: the crate's tests count them around a `submit` to show it
 /// returns after a bounded number while other threads keep submitting).
 #[cfg(feature = "testing")]
-#[doc(hidden)]
 pub fn issue_passes_on_this_thread() -> u64 {
     PASSES.with(std::cell::Cell::get)
 }
