@@ -55,11 +55,6 @@ mod error;
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod pool;
 mod prefetch;
-/// Bytes per cache line on the targets fenceline tunes for: the alignment
-/// of task and action blocks, so each block's header starts a line of its
-/// own and no two blocks share one (`#[repr(align)]` cannot name a
-/// constant: `Task` spells it and asserts it equals this).
-pub(crate) const CACHE_LINE: usize = 64;
 pub mod queue;
 pub mod semaphore;
 mod small_box;

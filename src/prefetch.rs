@@ -4,7 +4,13 @@
 //! program sees and never fault, whatever the address. (A no-op off
 //! x86-64, under Miri and under loom.)
 
-use crate::CACHE_LINE as LINE;
+/// Bytes per cache line on the targets fenceline tunes for: the alignment
+/// of task and action blocks, so each block's header starts a line of its
+/// own and no two blocks share one (`#[repr(align)]` cannot name a
+/// constant: `Task` spells it and asserts it equals this).
+pub(crate) const CACHE_LINE: usize = 64;
+
+use CACHE_LINE as LINE;
 
 /// Starts fetching the cache line holding `p` for writing.
 #[inline(always)]

@@ -397,25 +397,25 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// - [`InvalidArgument`](crate::ErrorKind::InvalidArgument) if
+    /// - [`InvalidArgument`](crate::error::ErrorKind::InvalidArgument) if
     ///   `events_per_thread` is 0.
-    /// - [`FailedPrecondition`](crate::ErrorKind::FailedPrecondition) if a
+    /// - [`FailedPrecondition`](crate::error::ErrorKind::FailedPrecondition) if a
     ///   trace is already recording.
-    pub fn start_trace(&self, events_per_thread: usize) -> Result<(), crate::Error> {
+    pub fn start_trace(&self, events_per_thread: usize) -> Result<(), crate::error::Error> {
         let threads = on_backend!(&*self.inner, |d| d.trace_threads());
         // Room for the threads that submit, signal and wait besides.
         crate::trace::start(events_per_thread, threads + 16)
     }
 
     /// Stops recording and returns the timeline
-    /// ([`Trace::write_chrome_json`](crate::Trace::write_chrome_json)
+    /// ([`Trace::write_chrome_json`](crate::trace::Trace::write_chrome_json)
     /// writes it for Perfetto or chrome://tracing).
     ///
     /// # Errors
     ///
-    /// [`FailedPrecondition`](crate::ErrorKind::FailedPrecondition) if no
+    /// [`FailedPrecondition`](crate::error::ErrorKind::FailedPrecondition) if no
     /// trace is recording.
-    pub fn stop_trace(&self) -> Result<crate::Trace, crate::Error> {
+    pub fn stop_trace(&self) -> Result<crate::trace::Trace, crate::error::Error> {
         crate::trace::stop()
     }
 }

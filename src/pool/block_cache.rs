@@ -99,7 +99,7 @@ impl<P: Deref<Target = BlockPool>, const N: usize> BlockCache<P, N> {
             // Its first two lines (a task's header and payload start; an
             // action's header and payload).
             crate::prefetch::write_line(p);
-            crate::prefetch::write_line(p.wrapping_add(crate::CACHE_LINE));
+            crate::prefetch::write_line(p.wrapping_add(crate::prefetch::CACHE_LINE));
         }
         // SAFETY: slots below the old `len` hold blocks; this one is moved
         // out and the slot counts as empty from now on.

@@ -91,7 +91,7 @@ impl Default for BlockPoolConfig {
     fn default() -> Self {
         BlockPoolConfig {
             block_size: 4096,
-            align: crate::CACHE_LINE,
+            align: crate::prefetch::CACHE_LINE,
             first_chunk_blocks: 8,
             max_blocks: None,
         }

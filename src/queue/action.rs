@@ -410,7 +410,7 @@ impl<P> QueueAction<P> {
         // Actions are at least line-aligned (the queue's pool aligns its
         // blocks to 64 bytes or more), so the lines are known offsets and
         // the loops below unroll into one hint per line.
-        debug_assert_eq!(action.as_ptr() as usize % crate::CACHE_LINE, 0);
+        debug_assert_eq!(action.as_ptr() as usize % crate::prefetch::CACHE_LINE, 0);
         let a = action.as_ptr().cast::<u8>().cast_const();
         crate::prefetch::write_lines_at(a, 0, Self::PREFETCH_HOT_END);
         crate::prefetch::write_lines_at(a, Self::PREFETCH_WAIT.0, Self::PREFETCH_WAIT.1);
@@ -666,7 +666,7 @@ mod tests {
 
     fn pool() -> BlockPool {
         let size = std::mem::size_of::<QueueAction<()>>().max(512);
-        BlockPool::new(size.next_power_of_two(), crate::CACHE_LINE).unwrap()
+        BlockPool::new(size.next_power_of_two(), crate::prefetch::CACHE_LINE).unwrap()
     }
 
     /// A signal on a semaphore the action also waits on shares the wait's

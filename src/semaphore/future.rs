@@ -413,7 +413,7 @@ impl Future for WaitFuture<'_> {
                 }
             }
             // Polled again after it resolved: the answer from the value.
-            State::Done => Poll::Ready(this.semaphore.wait(this.value, crate::Timeout::Immediate)),
+            State::Done => Poll::Ready(this.semaphore.wait(this.value, super::Timeout::Immediate)),
         }
     }
 }

@@ -133,9 +133,9 @@ unsafe impl Send for Task {}
 static_assertions::const_assert_eq!(TASK_BLOCK, 256);
 // The header is one cache line: the payload starts right after it.
 #[cfg(not(fenceline_loom))]
-static_assertions::const_assert_eq!(mem::offset_of!(Task, payload), crate::CACHE_LINE);
+static_assertions::const_assert_eq!(mem::offset_of!(Task, payload), crate::prefetch::CACHE_LINE);
 // `#[repr(align(64))]` above is the cache line.
-static_assertions::const_assert_eq!(mem::align_of::<Task>(), crate::CACHE_LINE);
+static_assertions::const_assert_eq!(mem::align_of::<Task>(), crate::prefetch::CACHE_LINE);
 
 impl Task {
     /// The payload as a `T`, borrowed for as long as the task is.

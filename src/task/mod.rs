@@ -71,13 +71,13 @@ impl Tile {
 ///
 /// Errors: `InvalidArgument` when the product overflows `u64` (such a grid
 /// could never run: the tile counter would wrap).
-pub(crate) fn tile_count(grid: [u32; 3]) -> Result<u64, crate::Error> {
+pub(crate) fn tile_count(grid: [u32; 3]) -> Result<u64, crate::error::Error> {
     u64::from(grid[0])
         .checked_mul(u64::from(grid[1]))
         .and_then(|xy| xy.checked_mul(u64::from(grid[2])))
         .ok_or_else(|| {
-            crate::Error::new(
-                crate::ErrorKind::InvalidArgument,
+            crate::error::Error::new(
+                crate::error::ErrorKind::InvalidArgument,
                 format!("dispatch grid {grid:?}: its tile count overflows u64"),
             )
         })

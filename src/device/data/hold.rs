@@ -171,7 +171,7 @@ impl Hold {
     /// no such hold (a give-back without its take, or a second one). In
     /// every build: a read hold given back twice would otherwise let a
     /// writer in beside a live reader.
-    pub fn give_back(&self, access: Access) -> Result<(), crate::Error> {
+    pub fn give_back(&self, access: Access) -> Result<(), crate::error::Error> {
         let taken = match access {
             // Only its writer touches a written word. Release: pairs with
             // the Acquire CASes in `try_take` and `close`; publishes the
@@ -215,9 +215,9 @@ impl Hold {
 
 /// The error of a give-back with no hold to give back.
 #[cold]
-fn not_taken(access: Access, word: u64) -> crate::Error {
-    crate::Error::new(
-        crate::ErrorKind::Internal,
+fn not_taken(access: Access, word: u64) -> crate::error::Error {
+    crate::error::Error::new(
+        crate::error::ErrorKind::Internal,
         format!("a {access:?} hold given back that was not taken (word {word:#x})"),
     )
 }

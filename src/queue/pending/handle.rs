@@ -28,7 +28,7 @@ impl<B: Backend> PendingQueue<B> {
             .max(512);
         let pool = BlockPool::with_config(BlockPoolConfig {
             block_size: size.next_power_of_two(),
-            align: mem::align_of::<Action<B>>().max(crate::CACHE_LINE),
+            align: mem::align_of::<Action<B>>().max(crate::prefetch::CACHE_LINE),
             // 256 actions up front: typical backlogs never grow the pool.
             first_chunk_blocks: if cfg!(fenceline_loom) { 4 } else { 256 },
             max_blocks: None,

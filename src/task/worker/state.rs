@@ -160,7 +160,7 @@ impl ExecutorState {
         Ok(ExecutorState {
             pool: BlockPool::with_config(crate::pool::BlockPoolConfig {
                 block_size: crate::task::header::TASK_BLOCK,
-                align: crate::CACHE_LINE,
+                align: crate::prefetch::CACHE_LINE,
                 first_chunk_blocks: 256,
                 max_blocks: None,
             })?,
