@@ -33,6 +33,8 @@ mod recording;
 mod stats;
 pub(crate) mod teardown;
 mod validate;
+#[cfg(feature = "vulkan")]
+mod vulkan;
 mod work;
 
 use std::fmt;
