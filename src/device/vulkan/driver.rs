@@ -1,12 +1,14 @@
 //! Thin wrappers over the Vulkan API (through `ash`, the loader loaded at
 //! run time): the loader and instance ([`Instance`]), the validation
 //! messenger ([`validation_messages`]), the logical device on a compute
-//! queue family ([`Gpu`]) and timeline semaphores ([`Timeline`]). Every
+//! queue family ([`Gpu`]), timeline semaphores ([`Timeline`]), host-mapped
+//! buffers ([`MappedBuffer`]) and a queue's recorder of transfers and
+//! barriers ([`Recorder`]). Every
 //! failure to load or to find what fenceline needs is `Unavailable` with
 //! the reason, never a panic.
 
 use std::ffi::{c_void, CStr};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use ash::vk;
 
@@ -126,7 +128,8 @@ impl Instance {
             .application_name(c"fenceline")
             .api_version(vk::API_VERSION_1_3);
         let enabled = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
-        let mut features = vk::ValidationFeaturesEXT::default().enabled_validation_features(&enabled);
+        let mut features =
+            vk::ValidationFeaturesEXT::default().enabled_validation_features(&enabled);
         let mut info = vk::InstanceCreateInfo::default()
             .application_info(&app)
             .enabled_layer_names(&layers)
@@ -196,7 +199,7 @@ pub(crate) struct Gpu {
     /// The device's name, as the driver reports it.
     pub(crate) name: String,
     // Last: the device is destroyed (in `Drop`) before the instance.
-    pub(crate) instance: std::sync::Arc<Instance>,
+    pub(crate) instance: Arc<Instance>,
 }
 
 impl Gpu {
@@ -207,11 +210,7 @@ impl Gpu {
     /// `Unavailable` with the reason: no such device, no compute queue,
     /// a device older than Vulkan 1.2 or without timeline semaphores or
     /// synchronization2, or a device that cannot be made.
-    pub(crate) fn new(
-        instance: &std::sync::Arc<Instance>,
-        index: usize,
-        queues: u32,
-    ) -> Result<Gpu, Error> {
+    pub(crate) fn new(instance: &Arc<Instance>, index: usize, queues: u32) -> Result<Gpu, Error> {
         let devices = instance.physical_devices()?;
         let Some(&physical) = devices.get(index) else {
             return Err(unavailable(format!(
@@ -301,14 +300,14 @@ impl Drop for Gpu {
 
 /// A timeline semaphore of a [`Gpu`]: a `u64` that only grows, signalled
 /// and waited for by queue submissions and by the host.
-pub(crate) struct Timeline<'g> {
-    gpu: &'g Gpu,
+pub(crate) struct Timeline {
+    gpu: Arc<Gpu>,
     pub(crate) raw: vk::Semaphore,
 }
 
-impl<'g> Timeline<'g> {
+impl Timeline {
     /// A timeline semaphore at `initial`.
-    pub(crate) fn new(gpu: &'g Gpu, initial: u64) -> Result<Timeline<'g>, Error> {
+    pub(crate) fn new(gpu: &Arc<Gpu>, initial: u64) -> Result<Timeline, Error> {
         let mut kind = vk::SemaphoreTypeCreateInfo::default()
             .semaphore_type(vk::SemaphoreType::TIMELINE)
             .initial_value(initial);
@@ -316,7 +315,10 @@ impl<'g> Timeline<'g> {
         // SAFETY: a live device; `info` lives for the call.
         let raw = unsafe { gpu.device.create_semaphore(&info, None) }
             .map_err(|r| internal("vkCreateSemaphore", r))?;
-        Ok(Timeline { gpu, raw })
+        Ok(Timeline {
+            gpu: gpu.clone(),
+            raw,
+        })
     }
 
     /// Its value.
@@ -353,7 +355,7 @@ impl<'g> Timeline<'g> {
     }
 }
 
-impl Drop for Timeline<'_> {
+impl Drop for Timeline {
     fn drop(&mut self) {
         // SAFETY: made on this device, destroyed once; its users wait for
         // the submissions that use it before dropping it.
@@ -368,8 +370,8 @@ impl Drop for Timeline<'_> {
 pub(crate) fn submit_wait_signal(
     gpu: &Gpu,
     queue: vk::Queue,
-    wait: (&Timeline<'_>, u64),
-    signal: (&Timeline<'_>, u64),
+    wait: (&Timeline, u64),
+    signal: (&Timeline, u64),
 ) -> Result<(), Error> {
     let waits = [vk::SemaphoreSubmitInfo::default()
         .semaphore(wait.0.raw)
@@ -386,6 +388,297 @@ pub(crate) fn submit_wait_signal(
     // (the caller's); every pointer lives for the call.
     unsafe { gpu.device.queue_submit2(queue, &submit, vk::Fence::null()) }
         .map_err(|r| internal("vkQueueSubmit2", r))
+}
+
+/// A buffer in memory the host can map (host-visible and coherent:
+/// lavapipe's, and a GPU's upload heap), mapped for its whole life.
+pub(crate) struct MappedBuffer {
+    gpu: Arc<Gpu>,
+    pub(crate) raw: vk::Buffer,
+    memory: vk::DeviceMemory,
+    ptr: *mut u8,
+    pub(crate) len: usize,
+}
+
+// SAFETY: the handles may be used from any thread (Vulkan's external
+// synchronization rules cover the calls, which take `&mut` or are
+// read-only); the mapping is plain memory reached only through the
+// `unsafe` copies, whose callers order them with the GPU's use.
+unsafe impl Send for MappedBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for MappedBuffer {}
+
+impl MappedBuffer {
+    /// `len` (> 0) bytes usable as a transfer source and destination.
+    pub(crate) fn new(gpu: &Arc<Gpu>, len: usize) -> Result<MappedBuffer, Error> {
+        let d = &gpu.device;
+        let info = vk::BufferCreateInfo::default()
+            .size(len as u64)
+            .usage(
+                vk::BufferUsageFlags::TRANSFER_SRC
+                    | vk::BufferUsageFlags::TRANSFER_DST
+                    | vk::BufferUsageFlags::STORAGE_BUFFER,
+            )
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: a live device; `info` lives for the call.
+        let raw =
+            unsafe { d.create_buffer(&info, None) }.map_err(|r| internal("vkCreateBuffer", r))?;
+        // SAFETY: the buffer was made above on this device.
+        let needs = unsafe { d.get_buffer_memory_requirements(raw) };
+        let vi = &gpu.instance.instance;
+        // SAFETY: a physical device of this instance.
+        let kinds = unsafe { vi.get_physical_device_memory_properties(gpu.physical) };
+        let wanted = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+        let kind = (0..kinds.memory_type_count).find(|&i| {
+            needs.memory_type_bits & (1 << i) != 0
+                && kinds.memory_types[i as usize]
+                    .property_flags
+                    .contains(wanted)
+        });
+        let memory = kind
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::ResourceExhausted,
+                    "no host-visible, coherent memory type for a buffer",
+                )
+            })
+            .and_then(|kind| {
+                let alloc = vk::MemoryAllocateInfo::default()
+                    .allocation_size(needs.size)
+                    .memory_type_index(kind);
+                // SAFETY: a live device; `alloc` lives for the call.
+                unsafe { d.allocate_memory(&alloc, None) }.map_err(|r| {
+                    Error::new(
+                        ErrorKind::ResourceExhausted,
+                        format!("vkAllocateMemory of {} bytes: {r:?}", needs.size),
+                    )
+                })
+            });
+        let memory = match memory {
+            Ok(m) => m,
+            Err(e) => {
+                // SAFETY: made above, unused.
+                unsafe { d.destroy_buffer(raw, None) };
+                return Err(e);
+            }
+        };
+        // From here on its drop frees what is made.
+        let mut this = MappedBuffer {
+            gpu: gpu.clone(),
+            raw,
+            memory,
+            ptr: std::ptr::null_mut(),
+            len,
+        };
+        // SAFETY: fresh memory of a size and type the buffer accepts.
+        unsafe { d.bind_buffer_memory(raw, memory, 0) }
+            .map_err(|r| internal("vkBindBufferMemory", r))?;
+        // SAFETY: host-visible memory, not mapped before; unmapped when
+        // freed (`Drop`).
+        let ptr = unsafe { d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
+            .map_err(|r| internal("vkMapMemory", r))?;
+        this.ptr = ptr.cast();
+        Ok(this)
+    }
+
+    /// Copies `data` into the buffer at `offset` (in bounds).
+    ///
+    /// # Safety
+    /// No GPU work that touches these bytes is in flight (coherent memory:
+    /// the write is visible to work submitted after this returns).
+    pub(crate) unsafe fn write(&self, offset: usize, data: &[u8]) {
+        assert!(offset <= self.len && data.len() <= self.len - offset);
+        // SAFETY: `offset` is within the mapping (asserted).
+        let at = unsafe { self.ptr.add(offset) };
+        // SAFETY: in bounds of the mapping (asserted); no GPU access to
+        // these bytes (the contract); `data` is not in the mapping (a
+        // shared borrow of it would need this same contract).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
+    }
+
+    /// Copies the buffer's bytes at `offset` into `out` (in bounds).
+    ///
+    /// # Safety
+    /// No GPU work that writes these bytes is in flight, and the work that
+    /// wrote them completed (waited for on the host).
+    pub(crate) unsafe fn read(&self, offset: usize, out: &mut [u8]) {
+        assert!(offset <= self.len && out.len() <= self.len - offset);
+        // SAFETY: `offset` is within the mapping (asserted).
+        let at = unsafe { self.ptr.add(offset) };
+        // SAFETY: in bounds (asserted); no GPU write in flight (the
+        // contract).
+        unsafe { std::ptr::copy_nonoverlapping(at, out.as_mut_ptr(), out.len()) };
+    }
+}
+
+impl Drop for MappedBuffer {
+    fn drop(&mut self) {
+        let d = &self.gpu.device;
+        if !self.ptr.is_null() {
+            // SAFETY: mapped in `new`, unmapped once.
+            unsafe { d.unmap_memory(self.memory) };
+        }
+        // SAFETY: made in `new`; no submission that uses it is in flight
+        // (its users wait for them before dropping it).
+        unsafe { d.destroy_buffer(self.raw, None) };
+        // SAFETY: as above; freed once, after the buffer.
+        unsafe { d.free_memory(self.memory, None) };
+    }
+}
+
+/// A command pool and one primary command buffer of a queue family,
+/// recorded, submitted and reset again: a queue's recorder.
+pub(crate) struct Recorder {
+    gpu: Arc<Gpu>,
+    pool: vk::CommandPool,
+    pub(crate) buffer: vk::CommandBuffer,
+}
+
+impl Recorder {
+    pub(crate) fn new(gpu: &Arc<Gpu>) -> Result<Recorder, Error> {
+        let d = &gpu.device;
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(gpu.family)
+            .flags(vk::CommandPoolCreateFlags::TRANSIENT);
+        // SAFETY: a live device; `info` lives for the call.
+        let pool = unsafe { d.create_command_pool(&info, None) }
+            .map_err(|r| internal("vkCreateCommandPool", r))?;
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: a pool of this device; `alloc` lives for the call.
+        let buffers = unsafe { d.allocate_command_buffers(&alloc) };
+        let buffer = match buffers {
+            Ok(b) => b[0],
+            Err(r) => {
+                // SAFETY: made above, unused.
+                unsafe { d.destroy_command_pool(pool, None) };
+                return Err(internal("vkAllocateCommandBuffers", r));
+            }
+        };
+        Ok(Recorder {
+            gpu: gpu.clone(),
+            pool,
+            buffer,
+        })
+    }
+
+    /// Resets the pool (the work last submitted from it completed: the
+    /// caller waited for it) and begins a one-time-submit recording.
+    pub(crate) fn begin(&mut self) -> Result<(), Error> {
+        let d = &self.gpu.device;
+        // SAFETY: the pool's buffer is not pending (`&mut self`, and the
+        // caller waited for its last submission).
+        unsafe { d.reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty()) }
+            .map_err(|r| internal("vkResetCommandPool", r))?;
+        let info = vk::CommandBufferBeginInfo::default()
+            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: a reset buffer of this pool.
+        unsafe { d.begin_command_buffer(self.buffer, &info) }
+            .map_err(|r| internal("vkBeginCommandBuffer", r))
+    }
+
+    /// Fills `len` bytes at `offset` (multiples of 4) with `word`.
+    pub(crate) fn fill(&mut self, buffer: &MappedBuffer, offset: usize, len: usize, word: u32) {
+        // SAFETY: a recording buffer of this device (`begin`); the buffer
+        // was made with TRANSFER_DST; the range's validity is the
+        // validation layer's to check.
+        unsafe {
+            self.gpu.device.cmd_fill_buffer(
+                self.buffer,
+                buffer.raw,
+                offset as u64,
+                len as u64,
+                word,
+            )
+        };
+    }
+
+    /// Copies `data` (at most 65536 bytes, a multiple of 4) into
+    /// `buffer` at `offset` (a multiple of 4), from the command buffer.
+    pub(crate) fn update(&mut self, buffer: &MappedBuffer, offset: usize, data: &[u8]) {
+        // SAFETY: as in `fill`; the data is copied into the command
+        // buffer by the call.
+        unsafe {
+            self.gpu
+                .device
+                .cmd_update_buffer(self.buffer, buffer.raw, offset as u64, data)
+        };
+    }
+
+    /// Copies `len` bytes from `src` at `src_offset` to `dst` at
+    /// `dst_offset`.
+    pub(crate) fn copy(
+        &mut self,
+        src: &MappedBuffer,
+        src_offset: usize,
+        dst: &MappedBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) {
+        let region = [vk::BufferCopy::default()
+            .src_offset(src_offset as u64)
+            .dst_offset(dst_offset as u64)
+            .size(len as u64)];
+        // SAFETY: as in `fill` (TRANSFER_SRC and TRANSFER_DST buffers).
+        unsafe {
+            self.gpu
+                .device
+                .cmd_copy_buffer(self.buffer, src.raw, dst.raw, &region)
+        };
+    }
+
+    /// A barrier between what was recorded before and what comes after:
+    /// every transfer and compute write before is visible to every read
+    /// and write after (a fenceline command buffer's `barrier`).
+    pub(crate) fn barrier(&mut self) {
+        let stages = vk::PipelineStageFlags2::TRANSFER | vk::PipelineStageFlags2::COMPUTE_SHADER;
+        let access = vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE;
+        let barrier = [vk::MemoryBarrier2::default()
+            .src_stage_mask(stages)
+            .src_access_mask(access)
+            .dst_stage_mask(stages)
+            .dst_access_mask(access)];
+        let info = vk::DependencyInfo::default().memory_barriers(&barrier);
+        // SAFETY: a recording buffer of this device; `info` lives for the
+        // call.
+        unsafe { self.gpu.device.cmd_pipeline_barrier2(self.buffer, &info) };
+    }
+
+    /// Ends the recording and submits it to `queue`, signalling `signal`
+    /// to its value when done.
+    pub(crate) fn submit(
+        &mut self,
+        queue: vk::Queue,
+        signal: (&Timeline, u64),
+    ) -> Result<(), Error> {
+        let d = &self.gpu.device;
+        // SAFETY: a recording buffer of this device.
+        unsafe { d.end_command_buffer(self.buffer) }
+            .map_err(|r| internal("vkEndCommandBuffer", r))?;
+        let buffers = [vk::CommandBufferSubmitInfo::default().command_buffer(self.buffer)];
+        let signals = [vk::SemaphoreSubmitInfo::default()
+            .semaphore(signal.0.raw)
+            .value(signal.1)
+            .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)];
+        let submit = [vk::SubmitInfo2::default()
+            .command_buffer_infos(&buffers)
+            .signal_semaphore_infos(&signals)];
+        // SAFETY: a queue of this device used by one thread at a time (the
+        // caller's), an ended buffer; every pointer lives for the call.
+        unsafe { d.queue_submit2(queue, &submit, vk::Fence::null()) }
+            .map_err(|r| internal("vkQueueSubmit2", r))
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        // SAFETY: made in `new`; its buffer is not pending (its users wait
+        // for their submissions before dropping it); destroyed once (its
+        // buffer with it).
+        unsafe { self.gpu.device.destroy_command_pool(self.pool, None) };
+    }
 }
 
 #[cfg(test)]

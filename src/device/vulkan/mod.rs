@@ -5,9 +5,11 @@
 //! instance with validation and synchronization validation on and a
 //! messenger that records every message, a logical device on a
 //! compute-capable queue family with timeline semaphores and
-//! synchronization2, and timeline semaphores signalled and waited for on
-//! the GPU and the host. The device, its queues and buffers on this layer
-//! come next.
+//! synchronization2, timeline semaphores signalled and waited for on the
+//! GPU and the host, host-mapped buffers, and a recorder of the transfers
+//! and barriers fenceline's commands map to (fill, update, copy, barrier),
+//! each checked by synchronization validation. The device, its queues and
+//! buffers on this layer come next.
 
 // The driver layer is used by its tests until the device on it lands
 // (which reads what the tests do not: the physical device, the family).
