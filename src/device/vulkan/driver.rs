@@ -198,6 +198,9 @@ pub(crate) struct Gpu {
     pub(crate) queues: Vec<vk::Queue>,
     /// The device's name, as the driver reports it.
     pub(crate) name: String,
+    /// `VK_KHR_push_descriptor`: a dispatch's buffers are pushed into its
+    /// command buffer, with no descriptor set to allocate.
+    pub(crate) push: ash::khr::push_descriptor::Device,
     // Last: the device is destroyed (in `Drop`) before the instance.
     pub(crate) instance: Arc<Instance>,
 }
@@ -245,6 +248,18 @@ impl Gpu {
             )));
         }
         // SAFETY: a device of this instance.
+        let extensions = unsafe { vi.enumerate_device_extension_properties(physical) }
+            .map_err(|r| unavailable(format!("vkEnumerateDeviceExtensionProperties: {r:?}")))?;
+        let push_descriptor = ash::khr::push_descriptor::NAME;
+        if !extensions
+            .iter()
+            .any(|e| e.extension_name_as_c_str().ok() == Some(push_descriptor))
+        {
+            return Err(unavailable(format!(
+                "Vulkan device {index} ({name}) lacks VK_KHR_push_descriptor"
+            )));
+        }
+        // SAFETY: a device of this instance.
         let families = unsafe { vi.get_physical_device_queue_family_properties(physical) };
         let Some((family, props)) = families
             .iter()
@@ -263,8 +278,10 @@ impl Gpu {
             .queue_priorities(&priorities)];
         let mut want12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
         let mut want13 = vk::PhysicalDeviceVulkan13Features::default().synchronization2(true);
+        let device_extensions = [push_descriptor.as_ptr()];
         let info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
+            .enabled_extension_names(&device_extensions)
             .push_next(&mut want12)
             .push_next(&mut want13);
         // SAFETY: a device of this instance; every pointer in `info` lives
@@ -275,12 +292,14 @@ impl Gpu {
             // SAFETY: queue `i < count` of `family` was requested above.
             .map(|i| unsafe { device.get_device_queue(family, i) })
             .collect();
+        let push = ash::khr::push_descriptor::Device::new(vi, &device);
         Ok(Gpu {
             device,
             physical,
             family,
             queues,
             name,
+            push,
             instance: instance.clone(),
         })
     }
@@ -526,6 +545,111 @@ impl Drop for MappedBuffer {
     }
 }
 
+/// A compute pipeline made from SPIR-V: its storage buffers are set 0's
+/// bindings `0..bindings`, pushed with each dispatch, and it takes
+/// `push_bytes` of push constants.
+pub(crate) struct Pipeline {
+    gpu: Arc<Gpu>,
+    module: vk::ShaderModule,
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pipeline: vk::Pipeline,
+    pub(crate) bindings: u32,
+    pub(crate) push_bytes: u32,
+}
+
+impl Pipeline {
+    /// A pipeline of entry point `entry` of the SPIR-V module `words`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if the driver refuses the module or the pipeline
+    /// (the validation layer says why); `Internal` for any other failure.
+    pub(crate) fn new(
+        gpu: &Arc<Gpu>,
+        words: &[u32],
+        entry: &CStr,
+        bindings: u32,
+        push_bytes: u32,
+    ) -> Result<Pipeline, Error> {
+        let d = &gpu.device;
+        let refused = |call: &str, r: vk::Result| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{call} refused the kernel: {r:?}"),
+            )
+        };
+        let info = vk::ShaderModuleCreateInfo::default().code(words);
+        // SAFETY: a live device; `info` lives for the call.
+        let module = unsafe { d.create_shader_module(&info, None) }
+            .map_err(|r| refused("vkCreateShaderModule", r))?;
+        let mut this = Pipeline {
+            gpu: gpu.clone(),
+            module,
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            pipeline: vk::Pipeline::null(),
+            bindings,
+            push_bytes,
+        };
+        let slots: Vec<_> = (0..bindings)
+            .map(|b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let info = vk::DescriptorSetLayoutCreateInfo::default()
+            .flags(vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR)
+            .bindings(&slots);
+        // SAFETY: a live device; `info` lives for the call.
+        this.set_layout = unsafe { d.create_descriptor_set_layout(&info, None) }
+            .map_err(|r| internal("vkCreateDescriptorSetLayout", r))?;
+        let ranges = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .offset(0)
+            .size(push_bytes)];
+        let sets = [this.set_layout];
+        let info = vk::PipelineLayoutCreateInfo::default()
+            .set_layouts(&sets)
+            .push_constant_ranges(if push_bytes > 0 { &ranges } else { &[] });
+        // SAFETY: a live device; `info` lives for the call.
+        this.layout = unsafe { d.create_pipeline_layout(&info, None) }
+            .map_err(|r| internal("vkCreatePipelineLayout", r))?;
+        let stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(module)
+            .name(entry);
+        let info = [vk::ComputePipelineCreateInfo::default()
+            .stage(stage)
+            .layout(this.layout)];
+        // SAFETY: a live device; `info` lives for the call.
+        let made = unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &info, None) };
+        this.pipeline = match made {
+            Ok(p) => p[0],
+            Err((_, r)) => return Err(refused("vkCreateComputePipelines", r)),
+        };
+        Ok(this)
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        let d = &self.gpu.device;
+        // SAFETY: each made in `new` (null ones are ignored by the
+        // driver), destroyed once; no submission that uses them is in
+        // flight (their users wait for them first).
+        unsafe { d.destroy_pipeline(self.pipeline, None) };
+        // SAFETY: as above.
+        unsafe { d.destroy_pipeline_layout(self.layout, None) };
+        // SAFETY: as above.
+        unsafe { d.destroy_descriptor_set_layout(self.set_layout, None) };
+        // SAFETY: as above.
+        unsafe { d.destroy_shader_module(self.module, None) };
+    }
+}
+
 /// A command pool and one primary command buffer of a queue family,
 /// recorded, submitted and reset again: a queue's recorder.
 pub(crate) struct Recorder {
@@ -627,6 +751,71 @@ impl Recorder {
                 .device
                 .cmd_copy_buffer(self.buffer, src.raw, dst.raw, &region)
         };
+    }
+
+    /// Dispatches `groups` workgroups of `pipeline`, its bindings set to
+    /// `buffers` (one each) and its push constants to `push`.
+    pub(crate) fn dispatch(
+        &mut self,
+        pipeline: &Pipeline,
+        groups: [u32; 3],
+        buffers: &[&MappedBuffer],
+        push: &[u8],
+    ) {
+        let d = &self.gpu.device;
+        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
+            .iter()
+            .map(|b| {
+                [vk::DescriptorBufferInfo::default()
+                    .buffer(b.raw)
+                    .offset(0)
+                    .range(vk::WHOLE_SIZE)]
+            })
+            .collect();
+        let writes: Vec<_> = infos
+            .iter()
+            .enumerate()
+            .map(|(i, info)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_binding(i as u32)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(info)
+            })
+            .collect();
+        // SAFETY: a recording buffer of this device; a pipeline of it;
+        // every pointer lives for the calls (the driver copies what it
+        // keeps).
+        unsafe {
+            d.cmd_bind_pipeline(
+                self.buffer,
+                vk::PipelineBindPoint::COMPUTE,
+                pipeline.pipeline,
+            )
+        };
+        // SAFETY: as above; a push-descriptor layout of this pipeline.
+        unsafe {
+            self.gpu.push.cmd_push_descriptor_set(
+                self.buffer,
+                vk::PipelineBindPoint::COMPUTE,
+                pipeline.layout,
+                0,
+                &writes,
+            )
+        };
+        if !push.is_empty() {
+            // SAFETY: as above; the range was declared by the layout.
+            unsafe {
+                d.cmd_push_constants(
+                    self.buffer,
+                    pipeline.layout,
+                    vk::ShaderStageFlags::COMPUTE,
+                    0,
+                    push,
+                )
+            };
+        }
+        // SAFETY: as above, with the pipeline and its bindings set.
+        unsafe { d.cmd_dispatch(self.buffer, groups[0], groups[1], groups[2]) };
     }
 
     /// A barrier between what was recorded before and what comes after:

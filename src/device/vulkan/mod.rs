@@ -6,9 +6,10 @@
 //! messenger that records every message, a logical device on a
 //! compute-capable queue family with timeline semaphores and
 //! synchronization2, timeline semaphores signalled and waited for on the
-//! GPU and the host, host-mapped buffers, and a recorder of the transfers
-//! and barriers fenceline's commands map to (fill, update, copy, barrier),
-//! each checked by synchronization validation. The device, its queues and
+//! GPU and the host, host-mapped buffers, compute pipelines from SPIR-V
+//! (buffers pushed as descriptors, push constants), and a recorder of the
+//! dispatches, transfers and barriers fenceline's commands map to, each
+//! checked by synchronization validation. The device, its queues and
 //! buffers on this layer come next.
 
 // The driver layer is used by its tests until the device on it lands
