@@ -151,9 +151,13 @@ impl Task {
 
     /// Pointer to the payload as a `T` (size and alignment checked at
     /// compile time by `fits`).
+    /// An address computation only (wrapping, no dereference): safe for
+    /// any pointer; using the result needs a live task.
     pub(crate) fn payload_ptr<T>(task: NonNull<Task>) -> *mut T {
-        // SAFETY: a field projection of a valid task pointer.
-        unsafe { std::ptr::addr_of_mut!((*task.as_ptr()).payload) }.cast::<T>()
+        task.as_ptr()
+            .cast::<u8>()
+            .wrapping_add(mem::offset_of!(Task, payload))
+            .cast::<T>()
     }
 
     /// Whether a `T` fits in the payload.
