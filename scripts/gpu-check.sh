@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU and its driver: builds with --features
 # cuda, runs the CUDA tests against the real driver, runs the CUDA benches
-# quickly, and writes a summary (default: gpu-check-summary.txt).
+# quickly, runs the Vulkan tests on the machine's Vulkan driver where one
+# is installed (with the validation layers where they are), and writes a
+# summary (default: gpu-check-summary.txt).
 #
 #   scripts/gpu-check.sh [summary-file]
 #
@@ -35,6 +37,20 @@ cargo test "${offline[@]}" --release --features cuda \
   echo "## tests (exit $status)"
   grep -E '^test result:|skipped|panicked|FAILED' "$logs/tests.log" || true
 } >> "$summary"
+
+echo "==> Vulkan tests (the machine's driver, where one is installed)"
+if command -v vulkaninfo >/dev/null 2>&1 && vulkaninfo --summary >/dev/null 2>&1; then
+  FENCELINE_VULKAN=gpu cargo test "${offline[@]}" --release --features vulkan --lib vulkan \
+    -- --nocapture 2>&1 | tee "$logs/vulkan.log" || status=$?
+  {
+    echo
+    echo "## Vulkan tests"
+    vulkaninfo --summary 2>/dev/null | grep -E 'deviceName|driverName|apiVersion' | sed 's/^[[:space:]]*/vulkan: /' || true
+    grep -E '^test result:|panicked|FAILED' "$logs/vulkan.log" || true
+  } >> "$summary"
+else
+  echo "no Vulkan driver (vulkaninfo): skipped" | tee -a "$summary"
+fi
 
 echo "==> CUDA benches (quick)"
 cargo bench "${offline[@]}" --features cuda --bench cuda -- \
