@@ -545,6 +545,9 @@ impl Drop for MappedBuffer {
     }
 }
 
+/// Most storage buffers one dispatch binds.
+pub(crate) const MAX_DISPATCH_BUFFERS: usize = 16;
+
 /// A compute pipeline made from SPIR-V: its storage buffers are set 0's
 /// bindings `0..bindings`, pushed with each dispatch, and it takes
 /// `push_bytes` of push constants.
@@ -571,6 +574,12 @@ impl Pipeline {
         bindings: u32,
         push_bytes: u32,
     ) -> Result<Pipeline, Error> {
+        if bindings as usize > MAX_DISPATCH_BUFFERS {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("a kernel of {bindings} buffers: at most {MAX_DISPATCH_BUFFERS}"),
+            ));
+        }
         let d = &gpu.device;
         let refused = |call: &str, r: vk::Result| {
             Error::new(
@@ -761,27 +770,34 @@ impl Recorder {
         groups: [u32; 3],
         buffers: &[&MappedBuffer],
         push: &[u8],
-    ) {
+    ) -> Result<(), Error> {
+        if buffers.len() != pipeline.bindings as usize || buffers.len() > MAX_DISPATCH_BUFFERS {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "a dispatch of {} buffers: its pipeline binds {} (at most {MAX_DISPATCH_BUFFERS})",
+                    buffers.len(),
+                    pipeline.bindings
+                ),
+            ));
+        }
         let d = &self.gpu.device;
-        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
-            .iter()
-            .map(|b| {
-                [vk::DescriptorBufferInfo::default()
-                    .buffer(b.raw)
-                    .offset(0)
-                    .range(vk::WHOLE_SIZE)]
-            })
-            .collect();
-        let writes: Vec<_> = infos
-            .iter()
-            .enumerate()
-            .map(|(i, info)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_binding(i as u32)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(info)
-            })
-            .collect();
+        // On the stack: recording a dispatch allocates nothing.
+        let mut infos = [[vk::DescriptorBufferInfo::default()]; MAX_DISPATCH_BUFFERS];
+        for (info, b) in infos.iter_mut().zip(buffers) {
+            info[0] = vk::DescriptorBufferInfo::default()
+                .buffer(b.raw)
+                .offset(0)
+                .range(vk::WHOLE_SIZE);
+        }
+        let mut writes = [vk::WriteDescriptorSet::default(); MAX_DISPATCH_BUFFERS];
+        for (i, (write, info)) in writes.iter_mut().zip(&infos).enumerate() {
+            *write = vk::WriteDescriptorSet::default()
+                .dst_binding(i as u32)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(info);
+        }
+        let writes = &writes[..buffers.len()];
         // SAFETY: a recording buffer of this device; a pipeline of it;
         // every pointer lives for the calls (the driver copies what it
         // keeps).
@@ -799,7 +815,7 @@ impl Recorder {
                 vk::PipelineBindPoint::COMPUTE,
                 pipeline.layout,
                 0,
-                &writes,
+                writes,
             )
         };
         if !push.is_empty() {
@@ -816,6 +832,7 @@ impl Recorder {
         }
         // SAFETY: as above, with the pipeline and its bindings set.
         unsafe { d.cmd_dispatch(self.buffer, groups[0], groups[1], groups[2]) };
+        Ok(())
     }
 
     /// A barrier between what was recorded before and what comes after:

@@ -207,6 +207,13 @@ fn a_spirv_kernel_runs_with_pushed_buffers_and_constants() {
             [(n / 64) as u32, 1, 1],
             &[&src, &dst],
             &7u32.to_ne_bytes(),
+        )
+        .unwrap();
+        let wrong = rec.dispatch(&kernel, [1, 1, 1], &[&src], &[]);
+        assert_eq!(
+            wrong.unwrap_err().kind(),
+            ErrorKind::InvalidArgument,
+            "one buffer for a pipeline of two"
         );
         rec.barrier();
         rec.copy(&dst, 0, &out, 0, 4 * n);
