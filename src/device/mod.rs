@@ -1,11 +1,17 @@
 //! Devices: the CPU device (embedded default) and, with feature `cuda`,
-//! the CUDA device.
+//! the CUDA device (a Vulkan one is being built, feature `vulkan`).
 //!
-//! A [`Device`] owns one [`PendingQueue`](crate::queue::PendingQueue) per queue. On the CPU device
-//! each submission runs as a task DAG built in pool memory on the device's
-//! executor; on the CUDA device it is issued to the queue's stream (see
-//! the `cuda` module, feature `cuda`). [`Queue::execute`] submits command buffers gated by
-//! semaphores the same way on both.
+//! A [`Device`] owns one [`PendingQueue`](crate::queue::PendingQueue) per
+//! queue. On the CPU device each submission runs as a task DAG built in
+//! pool memory on the device's executor; on the CUDA device it is issued
+//! to the queue's stream (see the `cuda` module, feature `cuda`).
+//! [`Queue::execute`] submits command buffers gated by semaphores the same
+//! way on both.
+//!
+//! The layout: this file, `queue.rs`, `command_buffer.rs`, `work.rs` and
+//! `validate.rs` are the front end every backend shares; `recording/` and
+//! `data/` what it records and touches; each backend has a folder
+//! (`cpu/`, `cuda/`, `vulkan/`) whose device implements `DeviceBackend`.
 
 /// Marks an item of a generic device file that only the CUDA backend
 /// uses (an arena helper, a table lookup): without the feature nothing
