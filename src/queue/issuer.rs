@@ -14,9 +14,10 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use crate::error::{Error, ErrorKind};
-use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-use crate::sync::thread::{self, Thread};
-use crate::sync::{Arc, UnsafeCell};
+use crate::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use crate::sync::sleeper::Sleeper;
+use crate::sync::thread;
+use crate::sync::Arc;
 
 /// Runs a turn taken from a cell (type-erased: the issuer does not know
 /// the queue's backend).
@@ -32,20 +33,10 @@ struct Shared {
     run: TurnRunner,
     /// `Issuer` handles alive (the thread exits at 0).
     handles: AtomicUsize,
-    /// Set by the thread before it parks; taken by whoever wakes it.
-    sleeping: AtomicBool,
-    /// The thread's handle, written by it once before it first sets
-    /// `sleeping` (a waker reads it only after taking `sleeping` from
-    /// `true`).
-    thread: UnsafeCell<Option<Thread>>,
+    /// The thread's flag and handle: set before it parks, taken by
+    /// whoever wakes it.
+    sleeper: Sleeper,
 }
-
-// SAFETY: the cells and the flag are atomics; `thread` is written once by
-// the issuer thread before any reader can see `sleeping` set (see
-// `thread`), then only read.
-unsafe impl Send for Shared {}
-// SAFETY: as above.
-unsafe impl Sync for Shared {}
 
 crate::sync::thread_local! {
     /// The state of the issuer thread running on this thread (null
@@ -78,8 +69,7 @@ impl IssuerThread {
                 .collect(),
             run,
             handles: AtomicUsize::new(1),
-            sleeping: AtomicBool::new(false),
-            thread: UnsafeCell::new(None),
+            sleeper: Sleeper::new(),
         });
         let mine = shared.clone();
         let handle = thread::Builder::new()
@@ -176,20 +166,12 @@ impl Issuer {
     }
 }
 
-/// Takes the thread's `sleeping` flag; unparks it if it was set.
+/// Takes the thread's flag; unparks it if it was set. (`Sleeper::wake`'s
+/// AcqRel swap pairs with the arm's in `run_thread`, both ways: it acquires
+/// the thread's handle and releases the cell store, or count, made before
+/// it to the thread's look after the arm.)
 fn wake(shared: &Shared) {
-    // AcqRel: pairs with the arm's swap in `run_thread`, both ways: it
-    // acquires the thread's handle and releases the cell store (or count)
-    // made before it to the thread's look after the arm.
-    if shared.sleeping.swap(false, Ordering::AcqRel) {
-        shared.thread.with(|t| {
-            // SAFETY: the swap read the thread's `true`, set (AcqRel) after
-            // it wrote its handle, which is never written again.
-            if let Some(t) = unsafe { &*t } {
-                t.unpark();
-            }
-        });
-    }
+    shared.sleeper.wake();
 }
 
 /// Runs every offered turn; `true` if there was any.
@@ -217,11 +199,8 @@ fn run_offered(shared: &Shared) -> bool {
 /// The thread: runs offered turns, parks when there are none, exits once
 /// no `Issuer` handle is left (no queue can offer a turn any more).
 fn run_thread(shared: Arc<Shared>) {
-    // SAFETY: this thread's only write of its handle, before it first sets
-    // `sleeping` (see `Shared::thread`).
-    shared
-        .thread
-        .with_mut(|t| unsafe { *t = Some(thread::current()) });
+    // SAFETY: this thread's only registration, before it first arms.
+    unsafe { shared.sleeper.register_current() };
     HERE.with(|h| h.set(Arc::as_ptr(&shared)));
     loop {
         if run_offered(&shared) {
@@ -237,7 +216,7 @@ fn run_thread(shared: Arc<Shared>) {
             return;
         }
         // AcqRel: pairs with the swap in `wake`, both ways (see there).
-        let _ = shared.sleeping.swap(true, Ordering::AcqRel);
+        shared.sleeper.arm(Ordering::AcqRel);
         // Looked at after the arm: an offer (or a last handle's drop)
         // before it is seen here, one after it finds the flag set. The
         // Acquire loads pair with `offer`'s Release store and the drops'
@@ -251,6 +230,6 @@ fn run_thread(shared: Arc<Shared>) {
         }
         // AcqRel: pairs with the swaps in `wake` like the arm, but nothing
         // relies on it: the next round's looks and arm synchronize again.
-        let _ = shared.sleeping.swap(false, Ordering::AcqRel);
+        shared.sleeper.disarm(Ordering::AcqRel);
     }
 }

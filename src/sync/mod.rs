@@ -16,6 +16,7 @@
 pub(crate) mod counted;
 #[cfg(all(not(fenceline_loom), fenceline_count_rmw))]
 pub(crate) mod rmw_count;
+pub(crate) mod sleeper;
 
 #[cfg(not(fenceline_loom))]
 mod imp {

@@ -286,15 +286,9 @@ impl Worker {
         // listed after this read comes with a `notify`, which this worker
         // sees in its announce or is woken by.
         let deadline = self.nearest_deadline();
-        // Swaps, not stores, for both of the worker's writes to its flag.
-        // A store would be enough for the C++ model (a waker's swap, being
-        // an RMW, reads the latest value), but loom lets a plain store fall
-        // between another thread's swap read and write (loom issues #254,
-        // #389): its waker then reads a stale `false` and the model
-        // deadlocks with this worker parked. Parking is the slow path.
-        // Release: pairs with the Acquire of the swap in `Seat::wake`
-        // (state.rs), which then reads our thread handle.
-        let _ = seat.sleeping.swap(true, Ordering::Release);
+        // Release: pairs with the Acquire of the swap in `Sleeper::wake`
+        // (src/sync/sleeper.rs), which then reads our thread handle.
+        seat.sleeper.arm(Ordering::Release);
         if shared.sleep.announce(epoch) {
             let counters = &seat.counters;
             WorkerCounters::bump(&counters.parks);
@@ -328,8 +322,8 @@ impl Worker {
                 // AcqRel RMW, so either that waker's bump comes after it
                 // (and the waker's flag swap then sees this `true`) or we
                 // see the bump and stay up. AcqRel: pairs with the swap in
-                // `Seat::wake` (state.rs) like the first arm.
-                let _ = seat.sleeping.swap(true, Ordering::AcqRel);
+                // `Sleeper::wake` (src/sync/sleeper.rs) like the first arm.
+                seat.sleeper.arm(Ordering::AcqRel);
                 if shared.sleep.epoch_now() != epoch {
                     WorkerCounters::bump(&counters.wakeups);
                     break;
@@ -337,9 +331,9 @@ impl Worker {
             }
             crate::trace::span(crate::trace::Kind::Park, parked, 0, self.index as u64, 0);
         }
-        // Release: pairs with `Seat::wake`'s swap, which, reading `false`,
-        // reads nothing more: not needed (a swap for loom, as above).
-        let _ = seat.sleeping.swap(false, Ordering::Release);
+        // Release: pairs with `Sleeper::wake`'s swap, which, reading
+        // `false`, reads nothing more: not needed.
+        seat.sleeper.disarm(Ordering::Release);
         shared.sleep.leave();
         true
     }

@@ -38,8 +38,8 @@ use crate::error::{Error, ErrorKind};
 use crate::list::{DList, Handle, Injector, SList, Take};
 use crate::pool::{BlockCache, BlockPool, BlockSource, RawBlock};
 use crate::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use crate::sync::thread::Thread;
-use crate::sync::{liveness, Arc, Mutex, MutexGuard, UnsafeCell};
+use crate::sync::sleeper::Sleeper;
+use crate::sync::{liveness, Arc, Mutex, MutexGuard};
 use crate::unwind::{panic_error, FirstPanic};
 
 /// Tasks a worker's deque holds before the rest spill to the injector.

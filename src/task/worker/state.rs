@@ -4,16 +4,10 @@
 use super::*;
 
 /// One worker's seat in the shared state.
-///
-/// Waking a worker takes no lock. The worker writes its thread handle
-/// once, when it starts, before it first sets `sleeping`; a waker reads the
-/// handle only after a `swap` that took `sleeping` from `true` (acquiring
-/// that write). So the handle is never read before it is written, and
-/// never written again.
 pub(crate) struct Seat {
-    thread: UnsafeCell<Option<Thread>>,
-    /// Set by the worker before it parks; cleared by whoever wakes it.
-    pub(super) sleeping: AtomicBool,
+    /// The worker's flag and handle: set before it parks, taken by whoever
+    /// wakes it (waking takes no lock: see [`Sleeper`]).
+    pub(super) sleeper: Sleeper,
     /// What this worker did, for `Device::stats` (its own cache line: the
     /// worker writes it, wakers touch `sleeping`).
     pub(crate) counters: CachePadded<WorkerCounters>,
@@ -47,8 +41,7 @@ impl WorkerCounters {
 impl Seat {
     fn new() -> Seat {
         Seat {
-            thread: UnsafeCell::new(None),
-            sleeping: AtomicBool::new(false),
+            sleeper: Sleeper::new(),
             counters: CachePadded::new(WorkerCounters::default()),
         }
     }
@@ -58,31 +51,14 @@ impl Seat {
     /// # Safety
     /// Called once, by the seat's worker thread, before it first parks.
     pub(crate) unsafe fn register_current(&self) {
-        // SAFETY: no waker reads the handle before it acquires the first
-        // `sleeping = true`, which the worker stores after this write; the
-        // caller calls this once, so there is no other writer.
-        self.thread
-            .with_mut(|t| unsafe { *t = Some(crate::sync::thread::current()) });
+        // SAFETY: the caller's contract is `Sleeper::register_current`'s.
+        unsafe { self.sleeper.register_current() }
     }
 
-    /// Takes the seat's `sleeping` flag; if the worker was asleep, unparks
-    /// it. `true` if it was.
+    /// Takes the seat's flag; if the worker was asleep, unparks it. `true`
+    /// if it was.
     fn wake(&self) -> bool {
-        // AcqRel: the Acquire pairs with the worker's Release swaps of
-        // `true` in `Worker::idle` (idle.rs), which follow its handle write;
-        // the Release pairs with its AcqRel re-arm, which needs nothing of it.
-        if !self.sleeping.swap(false, Ordering::AcqRel) {
-            return false;
-        }
-        self.thread.with(|t| {
-            // SAFETY: the swap read the worker's `true`, stored (Release)
-            // after it wrote its handle (`register_current`), which is never
-            // written again: this read is ordered after the only write.
-            if let Some(t) = unsafe { &*t } {
-                t.unpark();
-            }
-        });
-        true
+        self.sleeper.wake()
     }
 }
 
@@ -283,7 +259,7 @@ impl ExecutorState {
         for seat in self.seats.iter() {
             // Load first: most workers are awake, and a swap would take their
             // cache line from them.
-            if seat.sleeping.load(Ordering::Relaxed) && seat.wake() {
+            if seat.sleeper.may_sleep() && seat.wake() {
                 return;
             }
         }
@@ -308,7 +284,7 @@ impl ExecutorState {
     pub(crate) fn wake_all(&self) {
         self.sleep.notify();
         for seat in self.seats.iter() {
-            // Only a worker whose `sleeping` the swap takes from `true` is
+            // Only a worker whose flag the swap takes from `true` is
             // unparked. One that sets it later read its epoch either before
             // the bump above (its `announce` then sees the epoch moved and
             // it does not park) or after (it then sees what was published
