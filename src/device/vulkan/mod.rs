@@ -13,7 +13,8 @@
 //! buffers on this layer come next.
 
 // The driver layer is used by its tests until the device on it lands
-// (which reads what the tests do not: the physical device, the family).
-#![allow(dead_code)]
+// (which reads what the tests do not: the physical device, the family,
+// and the re-exports only the tests import yet).
+#![allow(dead_code, unused_imports)]
 
 pub(crate) mod driver;
