@@ -73,6 +73,8 @@ pub use device::{forget_current_cuda_context, CompletionMode, CudaConfig, Kernel
 pub use device::{
     Binding, Buffer, CommandBuffer, CpuConfig, Device, DeviceStats, Queue, TileIo, BUFFER_ALIGN,
 };
+#[cfg(feature = "vulkan")]
+pub use device::{SpirvKernel, VulkanConfig};
 pub use error::{Error, ErrorKind};
 #[cfg(feature = "trace")]
 pub use trace::Trace;

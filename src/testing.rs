@@ -193,6 +193,14 @@ impl BufferInternals for crate::Buffer {
     }
 }
 
+/// The Vulkan validation layer's messages reported so far in this
+/// process (warnings and errors), taken: tests fail on any (feature
+/// `vulkan`, devices made with `VulkanConfig::validation`).
+#[cfg(feature = "vulkan")]
+pub fn vulkan_validation_messages() -> Vec<String> {
+    crate::device::vulkan::driver::validation_messages()
+}
+
 /// The CUDA stream priorities the driver reports (feature `cuda`).
 #[cfg(feature = "cuda")]
 pub trait CudaInternals {

@@ -9,6 +9,9 @@
 mod cuda;
 #[path = "common/scenarios.rs"]
 mod scenarios;
+#[cfg(feature = "vulkan")]
+#[path = "common/vulkan.rs"]
+mod vulkan;
 
 mod host_function {
     crate::all_scenarios!(crate::scenarios::Rig::cuda(

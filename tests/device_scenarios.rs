@@ -9,6 +9,9 @@ use fenceline::{Error, ErrorKind, Semaphore, Tile};
 mod cuda;
 #[path = "common/scenarios.rs"]
 mod scenarios;
+#[cfg(feature = "vulkan")]
+#[path = "common/vulkan.rs"]
+mod vulkan;
 
 use scenarios::LONG;
 

@@ -80,7 +80,7 @@ impl CommandBuffer {
     }
 
     /// Checks that `buffer` is memory of this command buffer's device.
-    fn check_buffer(&self, buffer: &Buffer) -> Result<(), Error> {
+    pub(super) fn check_buffer(&self, buffer: &Buffer) -> Result<(), Error> {
         validate::of_device(&self.recording.pool().target, buffer)
     }
 
@@ -313,12 +313,7 @@ impl CommandBuffer {
     where
         F: Fn(&Tile) -> Result<(), Error> + Send + Sync + 'static,
     {
-        if let Target::Cuda(_) = self.recording.pool().target {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                "dispatch of a CPU closure recorded for a CUDA device: record a kernel launch",
-            ));
-        }
+        self.check_closures()?;
         crate::task::tile_count(grid)?;
         let f = self.recording_mut()?.alloc(f)?;
         let run: super::recording::command::RunTiles = super::recording::command::run_tiles_of::<F>;
@@ -402,12 +397,7 @@ impl CommandBuffer {
     where
         F: Fn(&Tile, &super::TileIo<'_>) -> Result<(), Error> + Send + Sync + 'static,
     {
-        if let Target::Cuda(_) = self.recording.pool().target {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                "dispatch of a CPU closure recorded for a CUDA device: record a kernel launch",
-            ));
-        }
+        self.check_closures()?;
         let tiles = crate::task::tile_count(grid)?;
         for b in bindings {
             if let Some(buffer) = b.buffer() {
@@ -514,6 +504,11 @@ impl CommandBuffer {
             let graph = shared.graph(recording)?;
             recording.graph = graph;
         }
+        if let Target::Vulkan(shared) = &recording.pool().target {
+            // On failure: still recording, exactly as before the call.
+            let shared = shared.clone();
+            shared.stage_bytes(recording)?;
+        }
         recording.set_ended();
         Ok(())
     }
@@ -569,6 +564,19 @@ impl CommandBuffer {
             self.recording = fresh;
         }
         Ok(())
+    }
+
+    /// A dispatch of a closure: only the CPU device runs them.
+    fn check_closures(&self) -> Result<(), Error> {
+        let which = match self.recording.pool().target {
+            Target::Cpu(_) => return Ok(()),
+            Target::Cuda(_) => "a CUDA device: record a kernel launch",
+            Target::Vulkan(_) => "a Vulkan device: record a SPIR-V dispatch",
+        };
+        Err(Error::new(
+            ErrorKind::FailedPrecondition,
+            format!("dispatch of a CPU closure recorded for {which}"),
+        ))
     }
 
     /// The ended recording, for submission.

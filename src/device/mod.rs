@@ -40,6 +40,10 @@ mod stats;
 pub(crate) mod teardown;
 mod validate;
 #[cfg(feature = "vulkan")]
+pub(crate) mod vulkan;
+// Without the feature, `device::vulkan` is the stand-ins (as `no_cuda.rs`).
+#[cfg(not(feature = "vulkan"))]
+#[path = "no_vulkan.rs"]
 mod vulkan;
 mod work;
 
@@ -55,6 +59,8 @@ pub use host_fn::HOST_CALL_INLINE_BYTES;
 pub use queue::Queue;
 pub use recording::RECORDING_INITIAL_BYTES;
 pub use stats::DeviceStats;
+#[cfg(feature = "vulkan")]
+pub use vulkan::{SpirvKernel, VulkanConfig};
 
 use crate::error::{Error, ErrorKind};
 use crate::semaphore::Semaphore;
@@ -63,6 +69,7 @@ pub use command_buffer::CommandBuffer;
 use cpu::CpuDevice;
 use cuda::CudaDevice;
 use recording::{RecordingPool, Target};
+use vulkan::VulkanDevice;
 pub(crate) use work::Work;
 
 /// What a backend's device gives the generic front end ([`Device`],
@@ -128,6 +135,7 @@ macro_rules! on_backend {
         match $inner {
             $crate::device::DeviceInner::Cpu($d) => $body,
             $crate::device::DeviceInner::Cuda($d) => $body,
+            $crate::device::DeviceInner::Vulkan($d) => $body,
         }
     };
 }
@@ -153,6 +161,7 @@ pub struct Device {
 enum DeviceInner {
     Cpu(CpuDevice),
     Cuda(CudaDevice),
+    Vulkan(VulkanDevice),
 }
 
 impl fmt::Debug for Device {

@@ -51,7 +51,7 @@ pub struct DeviceStats {
 }
 
 impl DeviceStats {
-    pub(super) fn add_queue<B: Backend>(&mut self, q: &PendingQueue<B>) {
+    pub(crate) fn add_queue<B: Backend>(&mut self, q: &PendingQueue<B>) {
         let QueueStats {
             submitted,
             completed,

@@ -50,8 +50,17 @@ impl Work {
 /// Calls `f` once for each distinct CPU-device buffer the execute's
 /// recordings touch, with the strongest access any of them makes, in a
 /// fixed order, until `f` returns `false`; returns whether it never did.
+///
+/// On a device whose actions hold shared ([`Target::shares_holds`](super::recording::Target::shares_holds): the
+/// device orders its own users), every access is `Read`.
 fn each_hold(work: &Work, mut f: impl FnMut(&buffer::HostMem, hold::Access) -> bool) -> bool {
     let recordings = work.recordings();
+    let shared = recordings
+        .clone()
+        .next()
+        .is_some_and(|r| r.pool().target.shares_holds());
+    let mut f =
+        |mem: &buffer::HostMem, access| f(mem, if shared { hold::Access::Read } else { access });
     let entries = recordings.clone().flat_map(|r| r.holds());
     // One recording's entries are distinct already (the usual case: no
     // quadratic look-around).

@@ -238,7 +238,7 @@ impl<B: Backend> Completion<B> {
     /// # Safety
     /// `raw` is an issued action of a `PendingQueue<B>` whose token was
     /// forgotten (see [`CompletionStack::push`]); taken back once.
-    #[cfg(any(feature = "cuda", feature = "testing", test))]
+    #[cfg(any(feature = "cuda", feature = "vulkan", feature = "testing", test))]
     pub(super) unsafe fn from_raw(raw: *mut ()) -> Completion<B> {
         let action = raw.cast::<QueueAction<B::Payload>>();
         // SAFETY: per contract, a live issued action; its owner is the

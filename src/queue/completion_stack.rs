@@ -79,6 +79,7 @@ impl<B: Backend> Completions<B> {
     }
 
     /// Whether every action was yielded.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }

@@ -45,7 +45,7 @@
 
 mod action;
 pub(crate) mod backend;
-#[cfg(any(feature = "cuda", feature = "testing", test))]
+#[cfg(any(feature = "cuda", feature = "vulkan", feature = "testing", test))]
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 pub(crate) mod completion_stack;
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
@@ -55,9 +55,11 @@ pub(crate) mod pending;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod testing;
 
+#[cfg(feature = "vulkan")]
+pub(crate) use action::DEVICE_WAITS;
 pub(crate) use backend::Internal;
 pub use backend::{Backend, Completion, IssueTurn};
-#[cfg(feature = "cuda")]
+#[cfg(any(feature = "cuda", feature = "vulkan"))]
 pub(crate) use completion_stack::{CompletionStack, Completions};
 pub(crate) use pending::in_issue_pass;
 pub use pending::{PendingQueue, QueueStats};

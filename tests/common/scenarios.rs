@@ -1,11 +1,14 @@
 //! Device scenarios written once and run on every device: the CPU device
-//! (`tests/device_scenarios.rs`) and the CUDA device on a real GPU or the
-//! simulated driver (`tests/cuda_scenarios.rs`). A [`Rig`] makes the
-//! devices and a [`Counter`]: a command buffer that counts its runs (a
-//! dispatch closure on the CPU, a kernel with an atomic add on CUDA).
+//! (`tests/device_scenarios.rs`), the CUDA device on a real GPU or the
+//! simulated driver (`tests/cuda_scenarios.rs`), and the Vulkan device on
+//! a real driver with validation (`tests/vulkan_scenarios.rs`). A [`Rig`]
+//! makes the devices and a [`Counter`]: a command buffer that counts its
+//! runs (a dispatch closure on the CPU, a kernel with an atomic add on
+//! CUDA and Vulkan).
 //!
 //! Included with `#[path = "common/scenarios.rs"] mod scenarios;` next to
-//! `#[cfg(feature = "cuda")] #[path = "common/cuda.rs"] mod cuda;`.
+//! `#[cfg(feature = "cuda")] #[path = "common/cuda.rs"] mod cuda;` and
+//! `#[cfg(feature = "vulkan")] #[path = "common/vulkan.rs"] mod vulkan;`.
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,7 +24,14 @@ pub const LONG: Duration = Duration::from_secs(if cfg!(miri) { 900 } else { 10 }
 /// Makes devices of one kind.
 pub struct Rig {
     make: Box<dyn Fn(usize) -> Result<Device, Error>>,
-    cuda: bool,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Cpu,
+    Cuda,
+    Vulkan,
 }
 
 impl Rig {
@@ -34,7 +44,7 @@ impl Rig {
                     ..Default::default()
                 })
             }),
-            cuda: false,
+            kind: Kind::Cpu,
         }
     }
 
@@ -49,14 +59,34 @@ impl Rig {
         crate::cuda::register_test_kernels();
         Some(Rig {
             make: Box::new(move |queues| Device::cuda_with(0, config(queues))),
-            cuda: true,
+            kind: Kind::Cuda,
+        })
+    }
+
+    /// The Vulkan device 0 with the validation layer: `None` when there is
+    /// none (see `common/vulkan.rs`).
+    #[cfg(feature = "vulkan")]
+    pub fn vulkan() -> Option<Rig> {
+        let config = |queues| fenceline::VulkanConfig {
+            queues,
+            validation: true,
+            ..Default::default()
+        };
+        crate::vulkan::device_with(config(1))?;
+        Some(Rig {
+            make: Box::new(move |queues| Device::vulkan_with(0, config(queues))),
+            kind: Kind::Vulkan,
         })
     }
 
     /// After a scenario: the simulated driver saw no misuse.
     pub fn finish(&self) {
+        #[cfg(feature = "vulkan")]
+        if self.kind == Kind::Vulkan {
+            crate::vulkan::assert_no_messages();
+        }
         #[cfg(feature = "cuda")]
-        if self.cuda {
+        if self.kind == Kind::Cuda {
             let n = crate::cuda::misuse_count();
             assert_eq!(n, 0, "driver misuse: {}", crate::cuda::last_misuse());
         }
@@ -71,10 +101,16 @@ impl Rig {
     }
 
     pub fn counter(&self, device: &Device) -> Counter {
-        if self.cuda {
-            Counter::Device(device.buffer(4).expect("counter buffer"))
-        } else {
-            Counter::Host(Arc::new(AtomicU32::new(0)))
+        match self.kind {
+            Kind::Cpu => Counter::Host(Arc::new(AtomicU32::new(0))),
+            Kind::Cuda => Counter::Device(device.buffer(4).expect("counter buffer")),
+            #[cfg(feature = "vulkan")]
+            Kind::Vulkan => Counter::Vulkan(
+                device.buffer(4).expect("counter buffer"),
+                crate::vulkan::count_kernel(device),
+            ),
+            #[cfg(not(feature = "vulkan"))]
+            Kind::Vulkan => unreachable!("no Vulkan device without the feature"),
         }
     }
 }
@@ -83,6 +119,8 @@ impl Rig {
 pub enum Counter {
     Host(Arc<AtomicU32>),
     Device(fenceline::Buffer),
+    #[cfg(feature = "vulkan")]
+    Vulkan(fenceline::Buffer, fenceline::SpirvKernel),
 }
 
 impl Counter {
@@ -116,6 +154,8 @@ impl Counter {
                 let _ = device;
                 unreachable!("no CUDA device without the feature")
             }
+            #[cfg(feature = "vulkan")]
+            Counter::Vulkan(b, k) => cb.dispatch_spirv(k, [n, 1, 1], &[b], &[]).unwrap(),
         }
     }
 
@@ -130,6 +170,12 @@ impl Counter {
     pub fn get(&self) -> u32 {
         match self {
             Counter::Host(c) => c.load(Ordering::SeqCst),
+            #[cfg(feature = "vulkan")]
+            Counter::Vulkan(b, _) => {
+                let mut v = [0u8; 4];
+                b.read(0, &mut v).unwrap();
+                u32::from_le_bytes(v)
+            }
             Counter::Device(b) => {
                 let mut v = [0u8; 4];
                 b.read(0, &mut v).unwrap();

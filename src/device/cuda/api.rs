@@ -93,6 +93,10 @@ impl Device {
                 ErrorKind::FailedPrecondition,
                 "the CPU device has no kernels: record a dispatch closure",
             )),
+            DeviceInner::Vulkan { .. } => Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "a Vulkan device loads SPIR-V kernels (Device::load_spirv), not PTX",
+            )),
             DeviceInner::Cuda(d) => Kernel::load(&d.shared.ctx, ptx, name),
         }
     }
@@ -108,7 +112,7 @@ impl Device {
     /// driver call fails.
     pub(crate) fn cuda_stream_priority_range(&self) -> Result<(i32, i32), Error> {
         match &*self.inner {
-            DeviceInner::Cpu { .. } => Err(not_cuda()),
+            DeviceInner::Cpu { .. } | DeviceInner::Vulkan { .. } => Err(not_cuda()),
             DeviceInner::Cuda(d) => super::stream_priority::StreamPriorities::of(&d.shared.ctx)
                 .map(|r| (r.least, r.greatest)),
         }
@@ -124,7 +128,7 @@ impl Queue {
     /// driver call fails.
     pub(crate) fn cuda_stream_priority(&self) -> Result<i32, Error> {
         match &*self.device {
-            DeviceInner::Cpu { .. } => Err(not_cuda()),
+            DeviceInner::Cpu { .. } | DeviceInner::Vulkan { .. } => Err(not_cuda()),
             DeviceInner::Cuda(d) => d.queues[self.index].backend().stream_priority(),
         }
     }
@@ -134,7 +138,7 @@ impl Queue {
 fn not_cuda() -> Error {
     Error::new(
         ErrorKind::FailedPrecondition,
-        "the CPU device has no CUDA streams",
+        "only a CUDA device has CUDA streams",
     )
 }
 

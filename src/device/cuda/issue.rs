@@ -361,10 +361,10 @@ impl<'a> DeviceOp<'a> {
                 len: *len,
             },
             Command::Launch(launch) => DeviceOp::Launch(launch),
-            Command::Dispatch { .. } => {
+            Command::Dispatch { .. } | Command::Spirv(_) => {
                 return Err(Error::new(
                     ErrorKind::FailedPrecondition,
-                    "a CPU dispatch cannot run on a CUDA device",
+                    "a CPU or Vulkan dispatch cannot run on a CUDA device",
                 ))
             }
         })

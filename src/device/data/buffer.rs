@@ -66,6 +66,14 @@ impl Buffer {
         }
     }
 
+    /// A buffer over memory a device mapped (`HostRef::mapped`).
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))]
+    pub(crate) fn mapped(mem: HostRef) -> Buffer {
+        Buffer {
+            mem: Mem::Host(mem),
+        }
+    }
+
     used_by_cuda! {
     /// A CUDA buffer over `mem` (zeroed memory, or an alloca's, which
     /// has none until its action is issued).

@@ -43,6 +43,16 @@ enum Home {
         class: usize,
         index: u32,
     },
+    /// Memory a device backend mapped for the host (a Vulkan buffer's):
+    /// `owner` unmaps and frees it when dropped; `handle` names it to the
+    /// backend (its driver object). Host copies of it hold it for writing,
+    /// whether they read or write: the device's own users hold it shared
+    /// (ordered among themselves on the device), so a host copy meets
+    /// none of them.
+    Mapped {
+        handle: u64,
+        _owner: Box<dyn Send + Sync>,
+    },
 }
 
 // SAFETY: the bytes are reached only through the hold protocol (`hold`
@@ -67,6 +77,16 @@ impl HostMem {
     /// Length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The driver object of memory a device mapped (`None` for host
+    /// memory).
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))]
+    pub(crate) fn mapped_handle(&self) -> Option<u64> {
+        match self.home {
+            Home::Mapped { handle, .. } => Some(handle),
+            _ => None,
+        }
     }
 
     /// Whether it came from `Queue::alloca`.
@@ -115,6 +135,11 @@ impl HostMem {
 
     /// Runs `f` holding the buffer for `access`, or fails naming it.
     pub(crate) fn held<R>(&self, access: Access, f: impl FnOnce() -> R) -> Result<R, Error> {
+        // Mapped memory: see `Home::Mapped`.
+        let access = match self.home {
+            Home::Mapped { .. } => Access::Write,
+            _ => access,
+        };
         if !self.hold.try_take(access) {
             return Err(conflict(self, access, "the host"));
         }
@@ -167,6 +192,40 @@ impl Counted<HostMem> {
         Self::zeroed_in(len, device, false)
     }
 
+    /// `len > 0` bytes at `ptr` that a device mapped for the host, zeroed
+    /// here, freed by dropping `owner` with the last handle.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` is memory nothing else reaches but through this
+    /// handle (and the device's work, which holds it), valid and aligned
+    /// to [`BUFFER_ALIGN`] until `owner` is dropped.
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))]
+    pub(crate) unsafe fn mapped(
+        ptr: NonNull<u8>,
+        len: usize,
+        device: u64,
+        handle: u64,
+        owner: Box<dyn Send + Sync>,
+    ) -> Result<HostRef, Error> {
+        debug_assert!(len > 0 && ptr.as_ptr() as usize % BUFFER_ALIGN == 0);
+        // SAFETY: valid for `len` bytes, reached by no one else (contract).
+        unsafe { ptr.as_ptr().write_bytes(0, len) };
+        let mem = Box::new(HostMem {
+            refs: AtomicUsize::new(1),
+            ptr,
+            len,
+            hold: Hold::new(),
+            device,
+            home: Home::Mapped {
+                handle,
+                _owner: owner,
+            },
+        });
+        // SAFETY: a new value, counted 1 (this handle), freed only by its
+        // `last_drop`.
+        Ok(unsafe { Counted::from_raw(NonNull::from(Box::leak(mem))) })
+    }
+
     /// `zeroed`, as `Home::Heap { transient }`.
     fn zeroed_in(len: usize, device: u64, transient: bool) -> Result<HostRef, Error> {
         let layout = Layout::from_size_align(len, BUFFER_ALIGN).map_err(|_| too_large(len))?;
@@ -210,6 +269,13 @@ unsafe impl Counts for HostMem {
             // once (the last handle).
             unsafe { std::alloc::dealloc(bytes, layout) };
             // SAFETY: made by `Box::leak` in `zeroed_in`, freed once.
+            drop(unsafe { Box::from_raw(mem) });
+            return;
+        }
+        // SAFETY: as above.
+        if matches!(unsafe { &(*mem).home }, Home::Mapped { .. }) {
+            // SAFETY: made by `Box::leak` in `mapped`, freed once; its
+            // owner unmaps and frees the bytes as it drops.
             drop(unsafe { Box::from_raw(mem) });
             return;
         }

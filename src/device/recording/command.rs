@@ -7,6 +7,7 @@ use std::ptr::NonNull;
 use crate::device::cuda::kernel::Launch as CudaLaunch;
 use crate::device::data::binding::Bound;
 use crate::device::data::hold::Access;
+use crate::device::vulkan::kernel::SpirvDispatch;
 use crate::device::Buffer;
 use crate::error::{Error, ErrorKind};
 use crate::task::Tile;
@@ -81,6 +82,8 @@ pub(crate) enum Command {
         bindings: Option<NonNull<[Bound]>>,
     },
     Launch(CudaLaunch),
+    /// A Vulkan dispatch of a SPIR-V kernel.
+    Spirv(SpirvDispatch),
 }
 
 // SAFETY: the pointers are owned data in the recording's arena (update
@@ -172,6 +175,10 @@ impl Command {
                 ErrorKind::FailedPrecondition,
                 "a CUDA kernel cannot run on the CPU device",
             )),
+            Command::Spirv(_) => Err(Error::new(
+                ErrorKind::FailedPrecondition,
+                "a SPIR-V kernel cannot run on the CPU device",
+            )),
         }
     }
 
@@ -201,6 +208,10 @@ impl Command {
             }
             Command::Dispatch { bindings: None, .. } => {}
             Command::Launch(_) => {}
+            // What a kernel does is not known: each buffer counts as
+            // written (the stage rules then keep it from another command
+            // of its stage).
+            Command::Spirv(d) => d.buffers().for_each(|b| f(b, Access::Write)),
         }
     }
 

@@ -24,6 +24,7 @@ use bumpalo::Bump;
 
 use super::cuda::graph::CudaGraph;
 use super::data::hold::Access;
+use super::vulkan::staging::VulkanStaging;
 use super::Buffer;
 use crate::error::{Error, ErrorKind};
 use crate::list::SingleLinks;
@@ -183,6 +184,11 @@ pub(crate) struct Recording {
     /// Whether a command uses a CUDA buffer from `Queue::alloca` (whose
     /// life each submission checks).
     pub(crate) cuda_transients: bool,
+    /// For a Vulkan recording: device memory holding its update bytes and
+    /// the unaligned ends of its fills, written at `end` (kept across
+    /// resets, grown when a recording needs more).
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))]
+    pub(crate) staged: Option<VulkanStaging>,
     /// Declared last: dropped after everything that points into it.
     bump: Bump,
 }
@@ -216,6 +222,7 @@ impl Recording {
             slots: Default::default(),
             graph: None,
             cuda_transients: false,
+            staged: None,
             bump,
         })
     }

@@ -55,6 +55,7 @@ pub(crate) enum Target {
     /// A CPU device, by its identity (`DeviceInner::Cpu::id`).
     Cpu(u64),
     Cuda(std::sync::Arc<crate::device::cuda::shared::CudaShared>),
+    Vulkan(std::sync::Arc<crate::device::vulkan::shared::VulkanShared>),
 }
 
 impl Target {
@@ -64,7 +65,17 @@ impl Target {
         match self {
             Target::Cpu(id) => buffer.host_device() == Some(*id),
             Target::Cuda(shared) => shared.owns(buffer),
+            Target::Vulkan(shared) => shared.owns(buffer),
         }
+    }
+
+    /// Whether the device's actions hold every buffer shared (for
+    /// reading), whatever they do with it: a Vulkan device's work runs
+    /// on the GPU, ordered there by semaphores and barriers, and may
+    /// overlap a dependent issued with a GPU-side wait; the holds keep
+    /// the host's copies off its buffers (`HostMem::held`).
+    pub(crate) fn shares_holds(&self) -> bool {
+        matches!(self, Target::Vulkan(_))
     }
 }
 

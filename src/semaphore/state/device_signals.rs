@@ -10,7 +10,7 @@ pub const DEVICE_SIGNALS: usize = 8;
 /// Pruned device signals, dropped after the lock is released (no heap).
 // Recorded and looked up by CUDA devices (and tests) only; without them
 // the table stays empty.
-#[cfg(any(feature = "cuda", feature = "testing", test))]
+#[cfg(any(feature = "cuda", feature = "vulkan", feature = "testing", test))]
 type Stale = [Option<AnyEvent>; DEVICE_SIGNALS];
 
 /// The device signals a semaphore remembers.
@@ -18,7 +18,7 @@ pub(super) type DeviceSignals = [Option<(u64, AnyEvent)>; DEVICE_SIGNALS];
 
 /// Moves out every device signal at or below `current` (useless: the value
 /// is already reached) into `out`, to be dropped unlocked.
-#[cfg(any(feature = "cuda", feature = "testing", test))]
+#[cfg(any(feature = "cuda", feature = "vulkan", feature = "testing", test))]
 fn prune(device: &mut DeviceSignals, current: u64, out: &mut Stale) {
     for (entry, slot) in device.iter_mut().zip(out.iter_mut()) {
         if entry.as_ref().is_some_and(|(v, _)| *v <= current) {
@@ -27,7 +27,7 @@ fn prune(device: &mut DeviceSignals, current: u64, out: &mut Stale) {
     }
 }
 
-#[cfg(any(feature = "cuda", feature = "testing", test))]
+#[cfg(any(feature = "cuda", feature = "vulkan", feature = "testing", test))]
 impl Semaphore {
     /// Records that a device event, once complete, brings this semaphore to
     /// `value` (the device-wait shortcut: a later device wait on `>= value`

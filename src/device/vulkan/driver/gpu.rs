@@ -62,9 +62,18 @@ impl Gpu {
             .push_next(&mut f13);
         // SAFETY: a device of this instance; the chain lives for the call.
         unsafe { vi.get_physical_device_features2(physical, &mut all) };
+        let robust = all.features.robust_buffer_access;
         if f12.timeline_semaphore == vk::FALSE || f13.synchronization2 == vk::FALSE {
             return Err(unavailable(format!(
                 "Vulkan device {index} ({name}) lacks timeline semaphores or synchronization2"
+            )));
+        }
+        // A kernel's out-of-bounds access stays inside its buffers (reads
+        // get zeros or bytes of the buffer, writes are dropped or land in
+        // it): a dispatch recorded from safe code cannot reach other memory.
+        if robust == vk::FALSE {
+            return Err(unavailable(format!(
+                "Vulkan device {index} ({name}) lacks robustBufferAccess"
             )));
         }
         // SAFETY: a device of this instance.
@@ -99,7 +108,9 @@ impl Gpu {
         let mut want12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
         let mut want13 = vk::PhysicalDeviceVulkan13Features::default().synchronization2(true);
         let device_extensions = [push_descriptor.as_ptr()];
+        let robust = vk::PhysicalDeviceFeatures::default().robust_buffer_access(true);
         let info = vk::DeviceCreateInfo::default()
+            .enabled_features(&robust)
             .queue_create_infos(&queue_info)
             .enabled_extension_names(&device_extensions)
             .push_next(&mut want12)

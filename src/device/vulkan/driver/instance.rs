@@ -27,6 +27,7 @@ static MESSAGES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// The validation messages reported so far (warnings and errors), and
 /// forgets them. Tests fail on any.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn validation_messages() -> Vec<String> {
     std::mem::take(&mut *MESSAGES.lock().unwrap_or_else(|p| p.into_inner()))
 }

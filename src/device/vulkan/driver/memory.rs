@@ -98,6 +98,11 @@ impl MappedBuffer {
         Ok(this)
     }
 
+    /// The mapping's first byte.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
     /// Copies `data` into the buffer at `offset` (in bounds).
     ///
     /// # Safety
@@ -118,6 +123,7 @@ impl MappedBuffer {
     /// # Safety
     /// No GPU work that writes these bytes is in flight, and the work that
     /// wrote them completed (waited for on the host).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) unsafe fn read(&self, offset: usize, out: &mut [u8]) {
         assert!(offset <= self.len && out.len() <= self.len - offset);
         // SAFETY: `offset` is within the mapping (asserted).

@@ -19,11 +19,15 @@ mod recorder;
 mod timeline;
 
 pub(crate) use gpu::Gpu;
-pub(crate) use instance::{validation_messages, Instance, InstanceConfig};
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use instance::validation_messages;
+pub(crate) use instance::{Instance, InstanceConfig};
 pub(crate) use memory::MappedBuffer;
 pub(crate) use pipeline::{Pipeline, MAX_DISPATCH_BUFFERS};
-pub(crate) use recorder::Recorder;
-pub(crate) use timeline::{submit_wait_signal, Timeline};
+pub(crate) use recorder::{submit, Recorder};
+#[cfg(test)]
+pub(crate) use timeline::submit_wait_signal;
+pub(crate) use timeline::Timeline;
 
 fn unavailable(reason: String) -> Error {
     Error::new(ErrorKind::Unavailable, reason)
@@ -33,5 +37,7 @@ fn internal(call: &str, r: vk::Result) -> Error {
     Error::new(ErrorKind::Internal, format!("{call} failed: {r:?}"))
 }
 
+#[cfg(test)]
+mod shader_tests;
 #[cfg(test)]
 mod tests;

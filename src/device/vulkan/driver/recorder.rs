@@ -7,6 +7,30 @@ use ash::vk;
 use super::{internal, Gpu, MappedBuffer, Pipeline, Timeline, MAX_DISPATCH_BUFFERS};
 use crate::error::{Error, ErrorKind};
 
+/// What names a `VkBuffer` for a recorded command: a [`MappedBuffer`],
+/// or the handle itself (a fenceline buffer's, `HostMem::mapped_handle`).
+pub(crate) trait RawBuffer {
+    fn raw(&self) -> vk::Buffer;
+}
+
+impl RawBuffer for MappedBuffer {
+    fn raw(&self) -> vk::Buffer {
+        self.raw
+    }
+}
+
+impl<T: RawBuffer + ?Sized> RawBuffer for &T {
+    fn raw(&self) -> vk::Buffer {
+        (**self).raw()
+    }
+}
+
+impl RawBuffer for vk::Buffer {
+    fn raw(&self) -> vk::Buffer {
+        *self
+    }
+}
+
 /// A command pool and one primary command buffer of a queue family,
 /// recorded, submitted and reset again: a queue's recorder.
 pub(crate) struct Recorder {
@@ -61,14 +85,14 @@ impl Recorder {
     }
 
     /// Fills `len` bytes at `offset` (multiples of 4) with `word`.
-    pub(crate) fn fill(&mut self, buffer: &MappedBuffer, offset: usize, len: usize, word: u32) {
+    pub(crate) fn fill(&mut self, buffer: impl RawBuffer, offset: usize, len: usize, word: u32) {
         // SAFETY: a recording buffer of this device (`begin`); the buffer
         // was made with TRANSFER_DST; the range's validity is the
         // validation layer's to check.
         unsafe {
             self.gpu.device.cmd_fill_buffer(
                 self.buffer,
-                buffer.raw,
+                buffer.raw(),
                 offset as u64,
                 len as u64,
                 word,
@@ -78,13 +102,14 @@ impl Recorder {
 
     /// Copies `data` (at most 65536 bytes, a multiple of 4) into
     /// `buffer` at `offset` (a multiple of 4), from the command buffer.
-    pub(crate) fn update(&mut self, buffer: &MappedBuffer, offset: usize, data: &[u8]) {
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn update(&mut self, buffer: impl RawBuffer, offset: usize, data: &[u8]) {
         // SAFETY: as in `fill`; the data is copied into the command
         // buffer by the call.
         unsafe {
             self.gpu
                 .device
-                .cmd_update_buffer(self.buffer, buffer.raw, offset as u64, data)
+                .cmd_update_buffer(self.buffer, buffer.raw(), offset as u64, data)
         };
     }
 
@@ -92,9 +117,9 @@ impl Recorder {
     /// `dst_offset`.
     pub(crate) fn copy(
         &mut self,
-        src: &MappedBuffer,
+        src: impl RawBuffer,
         src_offset: usize,
-        dst: &MappedBuffer,
+        dst: impl RawBuffer,
         dst_offset: usize,
         len: usize,
     ) {
@@ -106,7 +131,7 @@ impl Recorder {
         unsafe {
             self.gpu
                 .device
-                .cmd_copy_buffer(self.buffer, src.raw, dst.raw, &region)
+                .cmd_copy_buffer(self.buffer, src.raw(), dst.raw(), &region)
         };
     }
 
@@ -116,7 +141,7 @@ impl Recorder {
         &mut self,
         pipeline: &Pipeline,
         groups: [u32; 3],
-        buffers: &[&MappedBuffer],
+        buffers: &[impl RawBuffer],
         push: &[u8],
     ) -> Result<(), Error> {
         if buffers.len() != pipeline.bindings as usize || buffers.len() > MAX_DISPATCH_BUFFERS {
@@ -134,7 +159,7 @@ impl Recorder {
         let mut infos = [[vk::DescriptorBufferInfo::default()]; MAX_DISPATCH_BUFFERS];
         for (info, b) in infos.iter_mut().zip(buffers) {
             info[0] = vk::DescriptorBufferInfo::default()
-                .buffer(b.raw)
+                .buffer(b.raw())
                 .offset(0)
                 .range(vk::WHOLE_SIZE);
         }
@@ -188,11 +213,30 @@ impl Recorder {
     /// and write after (a fenceline command buffer's `barrier`).
     pub(crate) fn barrier(&mut self) {
         let stages = vk::PipelineStageFlags2::TRANSFER | vk::PipelineStageFlags2::COMPUTE_SHADER;
+        self.memory_barrier(stages, stages);
+    }
+
+    /// The barrier that opens a submission: the writes of every command
+    /// submitted before on the queue (an action ordered before this one on
+    /// the host, whose wait was met there) are visible to this one's.
+    pub(crate) fn barrier_after_earlier_work(&mut self) {
+        let stages = vk::PipelineStageFlags2::TRANSFER | vk::PipelineStageFlags2::COMPUTE_SHADER;
+        self.memory_barrier(vk::PipelineStageFlags2::ALL_COMMANDS, stages);
+    }
+
+    /// The barrier that closes a submission: its writes are visible to
+    /// the host once its signal is seen there (`Buffer::read`).
+    pub(crate) fn barrier_to_host(&mut self) {
+        let stages = vk::PipelineStageFlags2::TRANSFER | vk::PipelineStageFlags2::COMPUTE_SHADER;
+        self.memory_barrier(stages, vk::PipelineStageFlags2::HOST);
+    }
+
+    fn memory_barrier(&mut self, src: vk::PipelineStageFlags2, dst: vk::PipelineStageFlags2) {
         let access = vk::AccessFlags2::MEMORY_READ | vk::AccessFlags2::MEMORY_WRITE;
         let barrier = [vk::MemoryBarrier2::default()
-            .src_stage_mask(stages)
+            .src_stage_mask(src)
             .src_access_mask(access)
-            .dst_stage_mask(stages)
+            .dst_stage_mask(dst)
             .dst_access_mask(access)];
         let info = vk::DependencyInfo::default().memory_barriers(&barrier);
         // SAFETY: a recording buffer of this device; `info` lives for the
@@ -202,28 +246,50 @@ impl Recorder {
 
     /// Ends the recording and submits it to `queue`, signalling `signal`
     /// to its value when done.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn submit(
         &mut self,
         queue: vk::Queue,
         signal: (&Timeline, u64),
     ) -> Result<(), Error> {
-        let d = &self.gpu.device;
-        // SAFETY: a recording buffer of this device.
-        unsafe { d.end_command_buffer(self.buffer) }
-            .map_err(|r| internal("vkEndCommandBuffer", r))?;
-        let buffers = [vk::CommandBufferSubmitInfo::default().command_buffer(self.buffer)];
-        let signals = [vk::SemaphoreSubmitInfo::default()
-            .semaphore(signal.0.raw)
-            .value(signal.1)
-            .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)];
-        let submit = [vk::SubmitInfo2::default()
-            .command_buffer_infos(&buffers)
-            .signal_semaphore_infos(&signals)];
-        // SAFETY: a queue of this device used by one thread at a time (the
-        // caller's), an ended buffer; every pointer lives for the call.
-        unsafe { d.queue_submit2(queue, &submit, vk::Fence::null()) }
-            .map_err(|r| internal("vkQueueSubmit2", r))
+        self.end()?;
+        submit(&self.gpu, queue, Some(self), &[], signal)
     }
+
+    /// Ends the recording.
+    pub(crate) fn end(&mut self) -> Result<(), Error> {
+        // SAFETY: a recording buffer of this device.
+        unsafe { self.gpu.device.end_command_buffer(self.buffer) }
+            .map_err(|r| internal("vkEndCommandBuffer", r))
+    }
+}
+
+/// Submits `recorder`'s ended buffer (or no commands) to `queue`: after
+/// `waits` (timeline semaphores and values), signalling `signal`.
+///
+/// The caller holds `queue`'s external synchronization (one thread at a
+/// time submits to it).
+pub(crate) fn submit(
+    gpu: &Gpu,
+    queue: vk::Queue,
+    recorder: Option<&Recorder>,
+    waits: &[vk::SemaphoreSubmitInfo<'_>],
+    signal: (&Timeline, u64),
+) -> Result<(), Error> {
+    let buffers =
+        recorder.map(|r| [vk::CommandBufferSubmitInfo::default().command_buffer(r.buffer)]);
+    let signals = [vk::SemaphoreSubmitInfo::default()
+        .semaphore(signal.0.raw)
+        .value(signal.1)
+        .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)];
+    let submit = [vk::SubmitInfo2::default()
+        .command_buffer_infos(buffers.as_ref().map_or(&[][..], |b| &b[..]))
+        .wait_semaphore_infos(waits)
+        .signal_semaphore_infos(&signals)];
+    // SAFETY: a queue of this device used by one thread at a time (the
+    // caller's), an ended buffer; every pointer lives for the call.
+    unsafe { gpu.device.queue_submit2(queue, &submit, vk::Fence::null()) }
+        .map_err(|r| internal("vkQueueSubmit2", r))
 }
 
 impl Drop for Recorder {

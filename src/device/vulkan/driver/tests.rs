@@ -12,11 +12,11 @@ use super::*;
 /// The messenger's record is process-wide: one test at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-const SECOND: u64 = 1_000_000_000;
+pub(super) const SECOND: u64 = 1_000_000_000;
 
 /// The first device with validation on, or `None` (skipped) where none
 /// can be had and `FENCELINE_VULKAN` is unset.
-fn gpu() -> Option<(MutexGuard<'static, ()>, Arc<Gpu>)> {
+pub(super) fn gpu() -> Option<(MutexGuard<'static, ()>, Arc<Gpu>)> {
     let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let required = std::env::var_os("FENCELINE_VULKAN").is_some();
     let config = InstanceConfig {
@@ -39,7 +39,7 @@ fn gpu() -> Option<(MutexGuard<'static, ()>, Arc<Gpu>)> {
     }
 }
 
-fn assert_no_messages() {
+pub(super) fn assert_no_messages() {
     let messages = validation_messages();
     assert!(messages.is_empty(), "validation messages: {messages:#?}");
 }
@@ -157,7 +157,7 @@ fn transfers_run_in_order_across_barriers_and_validate_clean() {
 }
 
 /// SPIR-V words of a WGSL compute kernel (naga: pure Rust).
-fn spirv(wgsl: &str) -> Vec<u32> {
+pub(super) fn spirv(wgsl: &str) -> Vec<u32> {
     let module = naga::front::wgsl::parse_str(wgsl).expect("WGSL parses");
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),

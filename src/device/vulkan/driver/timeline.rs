@@ -38,6 +38,7 @@ impl Timeline {
     }
 
     /// Signals `value` from the host.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn signal(&self, value: u64) -> Result<(), Error> {
         let info = vk::SemaphoreSignalInfo::default()
             .semaphore(self.raw)
@@ -76,6 +77,7 @@ impl Drop for Timeline {
 /// to reach its value and then signals `signal` to its value: the mapping
 /// of a fenceline action that waits on one queue's work and signals
 /// another's, with no host round trip.
+#[cfg(test)]
 pub(crate) fn submit_wait_signal(
     gpu: &Gpu,
     queue: vk::Queue,

@@ -1,0 +1,94 @@
+//! What a Vulkan device's queues, buffers and recordings share.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ash::vk;
+
+use super::driver::Gpu;
+use crate::semaphore::EventPool;
+
+/// A timeline point another Vulkan queue of the device may wait for on
+/// the GPU: a queue's timeline semaphore and the value its submission
+/// signals. Published on a fenceline semaphore as a device signal (the
+/// pool's handle, counted), written by the producing queue's issuer before
+/// it is published (the semaphore's device-signal lock orders the writes
+/// before any reader's loads, hence `Relaxed`).
+#[derive(Default)]
+pub(crate) struct Point {
+    semaphore: AtomicU64,
+    value: AtomicU64,
+}
+
+impl Point {
+    /// Sets the point: done by the issuer that acquired it, before it is
+    /// published.
+    pub(crate) fn set(&self, semaphore: vk::Semaphore, value: u64) {
+        use ash::vk::Handle;
+        self.semaphore.store(semaphore.as_raw(), Ordering::Relaxed);
+        self.value.store(value, Ordering::Relaxed);
+    }
+
+    /// The wait a submission makes for it.
+    pub(crate) fn wait_info(&self) -> vk::SemaphoreSubmitInfo<'static> {
+        use ash::vk::Handle;
+        vk::SemaphoreSubmitInfo::default()
+            .semaphore(vk::Semaphore::from_raw(
+                self.semaphore.load(Ordering::Relaxed),
+            ))
+            .value(self.value.load(Ordering::Relaxed))
+            .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+    }
+}
+
+/// The Vulkan side shared by a device's queues, buffers and recordings.
+pub(crate) struct VulkanShared {
+    /// The device's identity: its buffers carry it (`HostMem::device`),
+    /// never reused (the same numbering as CPU devices').
+    pub(crate) id: u64,
+    pub(crate) gpu: Arc<Gpu>,
+    /// The hardware queues, each behind its external synchronization:
+    /// the only lock on the submission path (fenceline queue `i` submits
+    /// to hardware queue `i % len`).
+    hardware: Vec<Mutex<vk::Queue>>,
+    /// Timeline points published as device signals.
+    pub(crate) points: EventPool<Point>,
+    /// Waits met on the GPU (a submission waiting for another's point).
+    pub(crate) device_waits: AtomicU64,
+}
+
+impl VulkanShared {
+    pub(crate) fn new(gpu: Arc<Gpu>, points: u32) -> Result<VulkanShared, crate::Error> {
+        let hardware = gpu.queues.iter().map(|&q| Mutex::new(q)).collect();
+        Ok(VulkanShared {
+            id: crate::sync::unique_number(),
+            gpu,
+            hardware,
+            points: EventPool::new(
+                || Ok(Point::default()),
+                drop,
+                points.min(64) as usize,
+                points,
+            )?,
+            device_waits: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether `buffer` is memory of this device.
+    pub(crate) fn owns(&self, buffer: &crate::device::Buffer) -> bool {
+        buffer.host_device() == Some(self.id)
+    }
+
+    /// How many hardware queues the fenceline queues share.
+    pub(crate) fn hardware_queues(&self) -> usize {
+        self.hardware.len()
+    }
+
+    /// Hardware queue `index`, locked for a submission.
+    pub(crate) fn lock_queue(&self, index: usize) -> MutexGuard<'_, vk::Queue> {
+        // Nothing panics while it is held (one driver call).
+        self.hardware[index]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+}
