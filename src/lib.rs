@@ -74,7 +74,7 @@ pub use device::{
     Binding, Buffer, CommandBuffer, CpuConfig, Device, DeviceStats, Queue, TileIo, BUFFER_ALIGN,
 };
 #[cfg(feature = "vulkan")]
-pub use device::{SpirvKernel, VulkanConfig};
+pub use device::{SpirvBinding, SpirvKernel, VulkanConfig};
 pub use error::{Error, ErrorKind};
 #[cfg(feature = "trace")]
 pub use trace::Trace;

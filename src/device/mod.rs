@@ -60,7 +60,7 @@ pub use queue::Queue;
 pub use recording::RECORDING_INITIAL_BYTES;
 pub use stats::DeviceStats;
 #[cfg(feature = "vulkan")]
-pub use vulkan::{SpirvKernel, VulkanConfig};
+pub use vulkan::{SpirvBinding, SpirvKernel, VulkanConfig};
 
 use crate::error::{Error, ErrorKind};
 use crate::semaphore::Semaphore;

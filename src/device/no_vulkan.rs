@@ -52,6 +52,9 @@ impl SpirvDispatch {
     pub(crate) fn buffers(&self) -> std::iter::Empty<&Buffer> {
         match *self {}
     }
+    pub(crate) fn slots(&self) -> std::iter::Empty<usize> {
+        match *self {}
+    }
 }
 
 impl DeviceBackend for VulkanDevice {

@@ -155,7 +155,9 @@ impl Counter {
                 unreachable!("no CUDA device without the feature")
             }
             #[cfg(feature = "vulkan")]
-            Counter::Vulkan(b, k) => cb.dispatch_spirv(k, [n, 1, 1], &[b], &[]).unwrap(),
+            Counter::Vulkan(b, k) => cb
+                .dispatch_spirv(k, [n, 1, 1], &[fenceline::SpirvBinding::Buffer(b)], &[])
+                .unwrap(),
         }
     }
 

@@ -232,6 +232,10 @@ impl Command {
     /// `offset` bytes: what a kernel does with its memory is not known,
     /// and, as for its buffer arguments, nothing is checked about it.
     pub(crate) fn slot_accesses(&self, mut f: impl FnMut(usize, Access, usize)) {
+        if let Command::Spirv(d) = self {
+            // As its buffers: written, for all that is known.
+            d.slots().for_each(|s| f(s, Access::Write, 0));
+        }
         if let Command::Launch(launch) = self {
             for s in launch.slots() {
                 f(s.slot, Access::Read, s.offset);

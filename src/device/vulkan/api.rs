@@ -5,11 +5,12 @@ use std::ffi::CString;
 use std::sync::Arc;
 
 use super::driver::{Pipeline, MAX_DISPATCH_BUFFERS};
-use super::kernel::SpirvDispatch;
+use super::kernel::{Bound, SpirvBinding, SpirvDispatch};
 use super::{SpirvKernel, VulkanConfig, VulkanDevice};
+use crate::device::data::binding::MAX_SLOTS;
 use crate::device::recording::command::Command;
 use crate::device::recording::{RecordingPool, Target};
-use crate::device::{Buffer, CommandBuffer, Device, DeviceInner};
+use crate::device::{CommandBuffer, Device, DeviceInner};
 use crate::error::{Error, ErrorKind};
 use crate::task::Priority;
 
@@ -146,24 +147,27 @@ fn invalid(message: String) -> Error {
 
 impl CommandBuffer {
     /// Dispatches `groups` workgroups of `kernel` (feature `vulkan`), its
-    /// binding `i` set to `buffers[i]` and its push constants to
+    /// binding `i` set to `bindings[i]` (a buffer, or a slot of each
+    /// submission's binding table) and its push constants to
     /// `push_constants`. What a kernel does with a buffer is not known:
     /// each counts as written for the stage rules (another command of the
-    /// stage may not use it: record a barrier between them).
+    /// stage may not use it: record a barrier between them) and for the
+    /// binding table's (a buffer in two slots the kernel binds is refused).
     ///
     /// # Errors
     ///
     /// Nothing is recorded when this returns an error:
     /// `FailedPrecondition` on a CPU or CUDA device's command buffer, or
     /// one that has ended; `InvalidArgument` for a kernel or buffer of
-    /// another device, a buffer count or push-constant size other than the
-    /// kernel's, a zero workgroup count, or a buffer bound with a
-    /// conflicting use in the same stage.
+    /// another device, a binding count or push-constant size other than the
+    /// kernel's, a slot of [`MAX_SLOTS`](crate::MAX_SLOTS) or more, a zero
+    /// workgroup count, or a buffer bound with a conflicting use in the
+    /// same stage.
     pub fn dispatch_spirv(
         &mut self,
         kernel: &SpirvKernel,
         groups: [u32; 3],
-        buffers: &[&Buffer],
+        bindings: &[SpirvBinding<'_>],
         push_constants: &[u8],
     ) -> Result<(), Error> {
         let Target::Vulkan(shared) = &self.recording.pool().target else {
@@ -177,11 +181,12 @@ impl CommandBuffer {
                 "kernel belongs to another device than the command buffer".into(),
             ));
         }
-        if buffers.len() != kernel.buffers() || push_constants.len() != kernel.push_constant_bytes()
+        if bindings.len() != kernel.buffers()
+            || push_constants.len() != kernel.push_constant_bytes()
         {
             return Err(invalid(format!(
                 "a dispatch of {} buffers and {} bytes of push constants: the kernel takes {} and {}",
-                buffers.len(),
+                bindings.len(),
                 push_constants.len(),
                 kernel.buffers(),
                 kernel.push_constant_bytes()
@@ -192,12 +197,23 @@ impl CommandBuffer {
                 "workgroup count {groups:?}: no dimension may be 0"
             )));
         }
-        for b in buffers {
-            self.check_buffer(b)?;
+        for b in bindings {
+            match b {
+                SpirvBinding::Buffer(b) => self.check_buffer(b)?,
+                SpirvBinding::Slot(s) if *s as usize >= MAX_SLOTS => {
+                    return Err(invalid(format!("slot {s}: at most {}", MAX_SLOTS - 1)))
+                }
+                SpirvBinding::Slot(_) => {}
+            }
         }
         let recording = self.recording_mut()?;
         let push = recording.alloc_bytes(push_constants)?;
-        let held = recording.alloc_slice(buffers.len(), |i| Ok(buffers[i].clone()))?;
+        let held = recording.alloc_slice(bindings.len(), |i| {
+            Ok(match bindings[i] {
+                SpirvBinding::Buffer(b) => Bound::Buffer(b.clone()),
+                SpirvBinding::Slot(s) => Bound::Slot(s as usize),
+            })
+        })?;
         // SAFETY: both in this recording's arena; `held` is the command's.
         let dispatch = unsafe { SpirvDispatch::new(kernel, groups, held, push) };
         self.record(Command::Spirv(dispatch))

@@ -16,8 +16,10 @@ use ash::vk;
 
 use super::completer::Completer;
 use super::driver::{submit, Recorder, Timeline};
+use super::kernel::Bound;
 use super::shared::VulkanShared;
 use super::staging::{fill_plan, staged_len};
+use crate::device::data::table::SlotTable;
 use crate::device::recording::command::Command;
 use crate::device::recording::Recording;
 use crate::device::teardown::QueueToken;
@@ -182,19 +184,13 @@ impl VulkanBackend {
             ..
         } = work
         {
-            if table.is_some() {
-                // Refused at the call (`check_execute`).
-                return Err(Error::new(
-                    ErrorKind::FailedPrecondition,
-                    "binding tables on a Vulkan device are not supported yet",
-                ));
-            }
+            let table = table.as_ref();
             let recordings = inline
                 .iter()
                 .flatten()
                 .chain(more.iter().flat_map(|m| m.iter()));
             for recording in recordings {
-                record_commands(&mut rec, recording)?;
+                record_commands(&mut rec, recording, table)?;
                 rec.barrier();
             }
         }
@@ -224,7 +220,11 @@ impl VulkanBackend {
 
 /// Records `recording`'s commands, a barrier between stages; its staged
 /// bytes copied from its staging memory (`staging.rs`).
-fn record_commands(rec: &mut Recorder, recording: &Recording) -> Result<(), Error> {
+fn record_commands(
+    rec: &mut Recorder,
+    recording: &Recording,
+    table: Option<&SlotTable>,
+) -> Result<(), Error> {
     let staged = recording.staged.as_ref().map(|s| s.buffer.raw);
     let mut at = 0usize;
     for (i, stage) in recording.stages().enumerate() {
@@ -234,7 +234,7 @@ fn record_commands(rec: &mut Recorder, recording: &Recording) -> Result<(), Erro
         for command in stage.commands() {
             let from = at;
             at += staged_len(command);
-            record_command(rec, command, staged, from)?;
+            record_command(rec, command, staged, from, table)?;
         }
     }
     Ok(())
@@ -254,6 +254,7 @@ fn record_command(
     command: &Command,
     staged: Option<vk::Buffer>,
     at: usize,
+    table: Option<&SlotTable>,
 ) -> Result<(), Error> {
     let staged = || staged.ok_or_else(|| Error::new(ErrorKind::Internal, "staged bytes missing"));
     match command {
@@ -300,8 +301,18 @@ fn record_command(
         Command::Spirv(d) => {
             let mut buffers = [vk::Buffer::null(); super::driver::MAX_DISPATCH_BUFFERS];
             let mut n = 0;
-            for b in d.buffers() {
-                buffers[n] = raw(b)?;
+            for b in d.bindings() {
+                buffers[n] = match b {
+                    Bound::Buffer(b) => raw(b)?,
+                    // Checked at the call: the table fills every slot the
+                    // recording binds (`validate::table`).
+                    Bound::Slot(s) => raw(table.and_then(|t| t.buffer(*s)).ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::Internal,
+                            "a slot the binding table does not fill",
+                        )
+                    })?)?,
+                };
                 n += 1;
             }
             rec.dispatch(&d.pipeline, d.groups, &buffers[..n], d.push_constants())?;

@@ -37,7 +37,7 @@ pub(crate) mod staging;
 
 use std::sync::Arc;
 
-pub use kernel::SpirvKernel;
+pub use kernel::{SpirvBinding, SpirvKernel};
 
 pub(crate) use backend::{VulkanBackend, VulkanPayload};
 

@@ -72,16 +72,6 @@ impl DeviceBackend for VulkanDevice {
         matches!(target, Target::Vulkan(shared) if Arc::ptr_eq(shared, &self.shared))
     }
 
-    fn check_execute(&self, work: &Work) -> Result<(), Error> {
-        if let Work::Execute { table: Some(_), .. } = work {
-            return Err(Error::new(
-                ErrorKind::FailedPrecondition,
-                "binding tables (Queue::execute_with) are not supported on a Vulkan device yet",
-            ));
-        }
-        Ok(())
-    }
-
     fn submit(
         &self,
         queue: usize,

@@ -1,0 +1,330 @@
+//! The Vulkan device's own behaviour, beyond the scenarios it shares with
+//! the other devices: waits met on the GPU, holds that keep host copies off
+//! buffers in use, identity checks, SPIR-V kernels with push constants and
+//! binding-table slots, and fills and updates at any alignment. On a real
+//! driver with the validation layer (see `common/vulkan.rs`); any
+//! validation message fails a test.
+#![cfg(feature = "vulkan")]
+
+use std::time::Duration;
+
+use fenceline::{CpuConfig, Device, ErrorKind, Semaphore, SpirvBinding, SpirvKernel, VulkanConfig};
+
+#[path = "common/vulkan.rs"]
+mod vulkan;
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// One invocation spins `rounds` dependent steps, then writes the result
+/// to `out[0]` and `out[1] = 1` (a kernel that runs for a while: tens of
+/// milliseconds on lavapipe for a few million rounds).
+const SPIN: &str = r#"
+struct Params { rounds: u32 }
+var<push_constant> params: Params;
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(1)
+fn main() {
+    var x = 1u;
+    for (var i = 0u; i < params.rounds; i++) {
+        x = x * 1664525u + 1013904223u;
+    }
+    out[0] = x;
+    out[1] = 1u;
+}
+"#;
+
+/// `dst[i] = src[i] * 2 + add` (push constant).
+const SCALE_ADD: &str = r#"
+struct Params { add: u32 }
+var<push_constant> params: Params;
+@group(0) @binding(0) var<storage, read_write> src: array<u32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let i = id.x;
+    if (i < arrayLength(&src)) {
+        dst[i] = src[i] * 2u + params.add;
+    }
+}
+"#;
+
+fn load(device: &Device, wgsl: &str, buffers: usize, push: usize) -> SpirvKernel {
+    let words = vulkan::spirv(wgsl);
+    // SAFETY: naga wrote the module from WGSL it validated; its entry
+    // `main` binds `buffers` storage buffers and takes `push` bytes of push
+    // constants.
+    unsafe { device.load_spirv(&words, "main", buffers, push) }.unwrap()
+}
+
+fn words(buffer: &fenceline::Buffer, n: usize) -> Vec<u32> {
+    let mut bytes = vec![0u8; 4 * n];
+    buffer.read(0, &mut bytes).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// A spin of `rounds` writing `out`, recorded.
+fn spin(device: &Device, out: &fenceline::Buffer, rounds: u32) -> fenceline::CommandBuffer {
+    let k = load(device, SPIN, 1, 4);
+    let mut cb = device.command_buffer().unwrap();
+    cb.dispatch_spirv(
+        &k,
+        [1, 1, 1],
+        &[SpirvBinding::Buffer(out)],
+        &rounds.to_le_bytes(),
+    )
+    .unwrap();
+    cb.end().unwrap();
+    cb
+}
+
+// Catches: a wait on another queue's signal met on the host (a round trip
+// per link) instead of in the submission. Mutation checked:
+// `VulkanBackend::device_wait` returning `None` (no device waits counted:
+// the test fails on the count).
+#[test]
+fn a_wait_on_another_queues_signal_is_met_on_the_gpu() {
+    let Some(d) = vulkan::device(2) else { return };
+    let (q0, q1) = (d.queue(0).unwrap(), d.queue(1).unwrap());
+    let (x, y) = (d.buffer(8).unwrap(), d.buffer(8).unwrap());
+    let long = spin(&d, &x, 3_000_000);
+    let mut copy = d.command_buffer().unwrap();
+    copy.copy(&x, 0, &y, 0, 8).unwrap();
+    copy.end().unwrap();
+    let (a, b) = (Semaphore::new(0), Semaphore::new(0));
+    // The producer is issued at once and runs for a while: the consumer,
+    // submitted right after, finds its value published and waits on the GPU.
+    q0.execute(&[], &[(&a, 1)], &[&long]).unwrap();
+    q1.execute(&[(&a, 1)], &[(&b, 1)], &[&copy]).unwrap();
+    b.wait(1, LONG).unwrap();
+    assert_eq!(
+        a.query().unwrap(),
+        1,
+        "the producer completed before the consumer"
+    );
+    assert_eq!(words(&y, 2), words(&x, 2), "the copy ran after the spin");
+    assert_eq!(words(&y, 2)[1], 1);
+    assert!(d.stats().device_waits >= 1, "{:?}", d.stats());
+    vulkan::assert_no_messages();
+}
+
+// Catches: the same chain with `device_waits: false` still right (every
+// wait met on the host), and counted as no GPU wait.
+#[test]
+fn with_device_waits_off_every_wait_is_met_on_the_host() {
+    let Some(d) = vulkan::device_with(VulkanConfig {
+        queues: 2,
+        validation: true,
+        device_waits: false,
+        ..Default::default()
+    }) else {
+        return;
+    };
+    let (q0, q1) = (d.queue(0).unwrap(), d.queue(1).unwrap());
+    let (x, y) = (d.buffer(8).unwrap(), d.buffer(8).unwrap());
+    let long = spin(&d, &x, 1_000_000);
+    let mut copy = d.command_buffer().unwrap();
+    copy.copy(&x, 0, &y, 0, 8).unwrap();
+    copy.end().unwrap();
+    let (a, b) = (Semaphore::new(0), Semaphore::new(0));
+    q0.execute(&[], &[(&a, 1)], &[&long]).unwrap();
+    q1.execute(&[(&a, 1)], &[(&b, 1)], &[&copy]).unwrap();
+    b.wait(1, LONG).unwrap();
+    assert_eq!(words(&y, 2), words(&x, 2));
+    assert_eq!(d.stats().device_waits, 0);
+    vulkan::assert_no_messages();
+}
+
+// Catches: a host copy racing the GPU's use of a buffer. Mutation checked:
+// the Vulkan issue not taking the execute's holds (`take_holds` removed
+// from `VulkanBackend::enqueue`): the write during the spin succeeds.
+#[test]
+fn a_host_copy_of_a_buffer_in_use_fails_and_succeeds_after() {
+    let Some(d) = vulkan::device(1) else { return };
+    let x = d.buffer(8).unwrap();
+    let long = spin(&d, &x, 20_000_000);
+    let done = Semaphore::new(0);
+    d.queue(0)
+        .unwrap()
+        .execute(&[], &[(&done, 1)], &[&long])
+        .unwrap();
+    // Issued at once: the action holds `x` until it completes.
+    let e = x.write(0, &[1, 2, 3, 4]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    let mut out = [0u8; 8];
+    let e = x.read(0, &mut out).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    assert_eq!(done.query().unwrap(), 0, "the spin was still running");
+    done.wait(1, LONG).unwrap();
+    // Given back before the signal: a copy ordered after it succeeds.
+    x.read(0, &mut out).unwrap();
+    assert_eq!(u32::from_le_bytes(out[4..].try_into().unwrap()), 1);
+    x.write(0, &[1, 2, 3, 4]).unwrap();
+    vulkan::assert_no_messages();
+}
+
+// Catches: a command buffer, kernel or buffer used on a device that did
+// not make it.
+#[test]
+fn another_devices_buffers_kernels_and_command_buffers_are_refused() {
+    let Some(d) = vulkan::device(1) else { return };
+    let Some(other) = vulkan::device(1) else {
+        return;
+    };
+    let cpu = Device::cpu_with(CpuConfig {
+        workers: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let (mine, theirs, host) = (
+        d.buffer(64).unwrap(),
+        other.buffer(64).unwrap(),
+        cpu.buffer(64).unwrap(),
+    );
+    let mut cb = d.command_buffer().unwrap();
+    for foreign in [&theirs, &host] {
+        let e = cb.fill(foreign, 0, 4, &[1]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        let e = cb.copy(&mine, 0, foreign, 0, 4).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    }
+    let k_other = load(&other, SCALE_ADD, 2, 4);
+    let e = cb
+        .dispatch_spirv(
+            &k_other,
+            [1, 1, 1],
+            &[SpirvBinding::Buffer(&mine), SpirvBinding::Buffer(&mine)],
+            &[0; 4],
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    let k = load(&d, SCALE_ADD, 2, 4);
+    let e = cb
+        .dispatch_spirv(&k, [1, 1, 1], &[SpirvBinding::Buffer(&mine)], &[0; 4])
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "binding count: {e}");
+    let e = cb
+        .dispatch_spirv(
+            &k,
+            [1, 1, 1],
+            &[SpirvBinding::Buffer(&mine), SpirvBinding::Buffer(&theirs)],
+            &[0; 4],
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    let e = cb.dispatch([1, 1, 1], |_| Ok(())).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    let words = vulkan::spirv(SCALE_ADD);
+    // SAFETY: valid SPIR-V (naga), as `load` says.
+    let e = unsafe { cpu.load_spirv(&words, "main", 2, 4) }.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    // SAFETY: the magic number is checked before anything reaches the driver.
+    let e = unsafe { d.load_spirv(&[1, 2, 3], "main", 2, 4) }.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    cb.fill(&mine, 0, 64, &[7]).unwrap();
+    cb.end().unwrap();
+    let s = Semaphore::new(0);
+    let e = other
+        .queue(0)
+        .unwrap()
+        .execute(&[], &[(&s, 1)], &[&cb])
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    assert_eq!(s.query().unwrap(), 0);
+    vulkan::assert_no_messages();
+}
+
+#[test]
+fn no_such_device_is_unavailable() {
+    if vulkan::device(1).is_none() {
+        return;
+    }
+    let e = Device::vulkan(1000).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+}
+
+// Catches: push constants or table slots that do not reach the kernel, or
+// a table resolved once instead of per submission. Mutation checked: slot
+// `Bound::Slot(s)` resolved to `table.buffer(0)` (the second submission's
+// output stays zero).
+#[test]
+fn a_kernel_gets_its_push_constants_and_each_submissions_table() {
+    let Some(d) = vulkan::device(1) else { return };
+    let k = load(&d, SCALE_ADD, 2, 4);
+    let n = 100;
+    let src = d.buffer(4 * n).unwrap();
+    let bytes: Vec<u8> = (0..n as u32).flat_map(|i| i.to_le_bytes()).collect();
+    src.write(0, &bytes).unwrap();
+    let outs = [d.buffer(4 * n).unwrap(), d.buffer(4 * n).unwrap()];
+    let mut cb = d.command_buffer().unwrap();
+    cb.dispatch_spirv(
+        &k,
+        [2, 1, 1],
+        &[SpirvBinding::Slot(0), SpirvBinding::Slot(1)],
+        &7u32.to_le_bytes(),
+    )
+    .unwrap();
+    cb.end().unwrap();
+    let q = d.queue(0).unwrap();
+    let s = Semaphore::new(0);
+    let e = q.execute(&[], &[(&s, 1)], &[&cb]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "no table: {e}");
+    for (i, out) in outs.iter().enumerate() {
+        let v = i as u64;
+        q.execute_with(&[(&s, v)], &[(&s, v + 1)], &[&cb], &[&src, out])
+            .unwrap();
+    }
+    s.wait(2, LONG).unwrap();
+    for out in &outs {
+        let got = words(out, n);
+        let want: Vec<u32> = (0..n as u32).map(|i| i * 2 + 7).collect();
+        assert_eq!(got, want);
+    }
+    vulkan::assert_no_messages();
+}
+
+// Catches: fills and updates at offsets and lengths Vulkan's own commands
+// refuse (not multiples of 4), several in one recording. Mutation checked:
+// the staged bytes' offset not advanced past an update (`staged_len` 0 for
+// updates): later pieces copy the wrong bytes.
+#[test]
+fn fills_and_updates_at_any_alignment_land_exactly() {
+    let Some(d) = vulkan::device(1) else { return };
+    let b = d.buffer(64).unwrap();
+    let mut want = [0u8; 64];
+    let mut cb = d.command_buffer().unwrap();
+    let mut stage = |cb: &mut fenceline::CommandBuffer,
+                     f: &dyn Fn(&mut fenceline::CommandBuffer)| {
+        f(cb);
+        cb.barrier().unwrap();
+    };
+    stage(&mut cb, &|cb| cb.fill(&b, 1, 13, &[0xA1]).unwrap());
+    for i in 1..14 {
+        want[i] = 0xA1;
+    }
+    stage(&mut cb, &|cb| cb.update(&[1, 2, 3], &b, 3).unwrap());
+    want[3..6].copy_from_slice(&[1, 2, 3]);
+    stage(&mut cb, &|cb| cb.fill(&b, 18, 22, &[0x10, 0x20]).unwrap());
+    for i in 18..40 {
+        want[i] = if i % 2 == 0 { 0x10 } else { 0x20 };
+    }
+    stage(&mut cb, &|cb| cb.update(&[9; 7], &b, 41).unwrap());
+    want[41..48].copy_from_slice(&[9; 7]);
+    stage(&mut cb, &|cb| cb.fill(&b, 50, 2, &[0x33, 0x44]).unwrap());
+    want[50..52].copy_from_slice(&[0x33, 0x44]);
+    stage(&mut cb, &|cb| cb.fill(&b, 56, 8, &[1, 2, 3, 4]).unwrap());
+    want[56..64].copy_from_slice(&[1, 2, 3, 4, 1, 2, 3, 4]);
+    cb.end().unwrap();
+    let s = Semaphore::new(0);
+    d.queue(0)
+        .unwrap()
+        .execute(&[], &[(&s, 1)], &[&cb])
+        .unwrap();
+    s.wait(1, LONG).unwrap();
+    let mut got = [0u8; 64];
+    b.read(0, &mut got).unwrap();
+    assert_eq!(got, want);
+    vulkan::assert_no_messages();
+}
