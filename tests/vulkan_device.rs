@@ -295,8 +295,7 @@ fn fills_and_updates_at_any_alignment_land_exactly() {
     let b = d.buffer(64).unwrap();
     let mut want = [0u8; 64];
     let mut cb = d.command_buffer().unwrap();
-    let mut stage = |cb: &mut fenceline::CommandBuffer,
-                     f: &dyn Fn(&mut fenceline::CommandBuffer)| {
+    let stage = |cb: &mut fenceline::CommandBuffer, f: &dyn Fn(&mut fenceline::CommandBuffer)| {
         f(cb);
         cb.barrier().unwrap();
     };
