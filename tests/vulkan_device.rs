@@ -300,14 +300,12 @@ fn fills_and_updates_at_any_alignment_land_exactly() {
         cb.barrier().unwrap();
     };
     stage(&mut cb, &|cb| cb.fill(&b, 1, 13, &[0xA1]).unwrap());
-    for i in 1..14 {
-        want[i] = 0xA1;
-    }
+    want[1..14].fill(0xA1);
     stage(&mut cb, &|cb| cb.update(&[1, 2, 3], &b, 3).unwrap());
     want[3..6].copy_from_slice(&[1, 2, 3]);
     stage(&mut cb, &|cb| cb.fill(&b, 18, 22, &[0x10, 0x20]).unwrap());
-    for i in 18..40 {
-        want[i] = if i % 2 == 0 { 0x10 } else { 0x20 };
+    for (i, w) in want.iter_mut().enumerate().take(40).skip(18) {
+        *w = if i % 2 == 0 { 0x10 } else { 0x20 };
     }
     stage(&mut cb, &|cb| cb.update(&[9; 7], &b, 41).unwrap());
     want[41..48].copy_from_slice(&[9; 7]);
