@@ -3,13 +3,15 @@
 //! `execute` calls alternating between two queues (one reused command
 //! buffer dispatching a kernel; most waits met on the GPU, on pooled
 //! points), fresh one-shot recordings every frame (fill, update at odd
-//! offsets, dispatch: staged bytes kept with the recycled recordings), and
-//! submissions through a binding table. The driver (lavapipe) and the
+//! offsets, dispatch: staged bytes kept with the recycled recordings),
+//! submissions through a binding table, and frames of alloca, fill and
+//! dealloca across two queues (buffers recycled by the device's pool). The driver (lavapipe) and the
 //! validation layer are C libraries with their own allocator: not counted.
 //!
 //! Mutation checked: the ring of command buffers never reused (a new one
 //! for every submission: `ash` returns each in a `Vec`): 20,002
-//! allocations in the 20k executes.
+//! allocations in the 20k executes; alloca buffers never taken back by
+//! the pool (`recycle: None`): 4,000 allocations in the 2k alloca frames.
 #![cfg(feature = "vulkan")]
 
 use std::time::Duration;
@@ -119,4 +121,48 @@ fn submissions_allocate_nothing_once_warm() {
     let mut v = [0u8; 4];
     b.read(0, &mut v).unwrap();
     assert_eq!(u32::from_le_bytes(v), 4_000, "one workgroup a frame");
+
+    // Frames of alloca (queue 0), a fill of it (queue 1), dealloca (queue 0).
+    let [alloc, filled, freed] = [0; 3].map(Semaphore::new);
+    let mut fill = device.command_buffer_one_shot().unwrap();
+    let mut last = None;
+    let mut frame = |f: u64| {
+        let tmp = queues[0]
+            .alloca(
+                &[(&alloc, f - 1)],
+                &[(&alloc, f)],
+                1000 + (f as usize % 3) * 300,
+            )
+            .unwrap();
+        fill.reset().unwrap();
+        fill.fill(&tmp, 0, 1000, &[f as u8]).unwrap();
+        fill.end().unwrap();
+        queues[1]
+            .execute(&[(&alloc, f), (&filled, f - 1)], &[(&filled, f)], &[&fill])
+            .unwrap();
+        queues[0]
+            .dealloca(&[(&filled, f), (&freed, f - 1)], &[(&freed, f)], &tmp)
+            .unwrap();
+        if f % 16 == 0 {
+            freed.wait(f, LONG).unwrap();
+        }
+        last = Some(tmp);
+    };
+    for f in 1..=2_000 {
+        frame(f);
+    }
+    freed.wait(2_000, LONG).unwrap();
+    let before = common::allocations();
+    for f in 2_001..=4_000 {
+        frame(f);
+    }
+    freed.wait(4_000, LONG).unwrap();
+    let allocations = common::allocations() - before;
+    assert_eq!(
+        allocations, 0,
+        "2k alloca frames allocated {allocations} times"
+    );
+    drop(frame);
+    let e = last.unwrap().read(0, &mut [0u8; 4]).unwrap_err();
+    assert_eq!(e.kind(), fenceline::ErrorKind::FailedPrecondition);
 }

@@ -325,3 +325,57 @@ fn fills_and_updates_at_any_alignment_land_exactly() {
     assert_eq!(got, want);
     vulkan::assert_no_messages();
 }
+
+// Catches: a buffer from `alloca` used before its alloca ran or after its
+// dealloca ran (on the host or in a submission), and memory handed out
+// again while a handle could still reach it. Mutation checked: the Vulkan
+// issue not marking the alloca run (`alloca_ran` removed from
+// `VulkanBackend::enqueue`): the write after the alloca's signal fails;
+// `dealloca_ran` removed from the completer: the read after the dealloca
+// succeeds.
+#[test]
+fn alloca_memory_is_usable_from_its_alloca_to_its_dealloca_on_any_queue() {
+    let Some(d) = vulkan::device(2) else { return };
+    let (q0, q1) = (d.queue(0).unwrap(), d.queue(1).unwrap());
+    let (gate, s) = (Semaphore::new(0), Semaphore::new(0));
+    let tmp = q0.alloca(&[(&gate, 1)], &[(&s, 1)], 100).unwrap();
+    assert_eq!(tmp.len(), 100);
+    let e = tmp.write(0, &[1]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "before: {e}");
+    gate.signal(1).unwrap();
+    s.wait(1, LONG).unwrap();
+    let mut out = [0xFFu8; 100];
+    tmp.read(0, &mut out).unwrap();
+    assert_eq!(out, [0; 100], "zeroed");
+    // Used and given back on the other queue.
+    let mut cb = d.command_buffer().unwrap();
+    cb.fill(&tmp, 0, 100, &[5]).unwrap();
+    cb.end().unwrap();
+    q1.execute(&[(&s, 1)], &[(&s, 2)], &[&cb]).unwrap();
+    s.wait(2, LONG).unwrap();
+    tmp.read(0, &mut out).unwrap();
+    assert_eq!(out, [5; 100]);
+    q1.dealloca(&[(&s, 2)], &[(&s, 3)], &tmp).unwrap();
+    s.wait(3, LONG).unwrap();
+    let e = tmp.read(0, &mut out).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "after: {e}");
+    let e = q0.execute(&[], &[(&s, 4)], &[&cb]).unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::FailedPrecondition,
+        "a submission after: {e}"
+    );
+    let e = q0
+        .dealloca(&[], &[(&s, 4)], &d.buffer(8).unwrap())
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "not an alloca's: {e}");
+    // The memory goes back to the pool only with the last handle: a new
+    // alloca of the same size is other memory while `tmp` and `cb` live.
+    let again = q0.alloca(&[], &[(&s, 4)], 100).unwrap();
+    s.wait(4, LONG).unwrap();
+    again.write(0, &[9; 100]).unwrap();
+    let e = tmp.read(0, &mut out).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition);
+    drop((tmp, cb));
+    vulkan::assert_no_messages();
+}

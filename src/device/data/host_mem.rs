@@ -49,10 +49,34 @@ enum Home {
     /// whether they read or write: the device's own users hold it shared
     /// (ordered among themselves on the device), so a host copy meets
     /// none of them.
-    Mapped {
-        handle: u64,
-        _owner: Box<dyn Send + Sync>,
-    },
+    Mapped(Mapped),
+}
+
+/// What [`Home::Mapped`] keeps.
+pub(crate) struct Mapped {
+    pub(crate) handle: u64,
+    /// Bytes mapped (at least the buffer's length).
+    pub(crate) capacity: usize,
+    /// From `Queue::alloca`.
+    pub(crate) transient: bool,
+    /// Held for its drop alone.
+    #[allow(dead_code)]
+    pub(crate) owner: Box<dyn Send + Sync>,
+    /// Takes the header (and the mapping) back when the last handle
+    /// drops, to hand it out again; `None`, or gone: freed.
+    pub(crate) recycle: Option<std::sync::Weak<dyn Recycle>>,
+}
+
+/// A device's pool of mapped memory for `Queue::alloca`, which takes a
+/// buffer back when its last handle drops (no allocation once warm).
+pub(crate) trait Recycle: Send + Sync {
+    /// Takes `mem` back.
+    ///
+    /// # Safety
+    /// `mem` is a [`Home::Mapped`] header whose last handle just dropped:
+    /// the callee owns it (to hand out again with
+    /// [`HostRef::reuse_mapped`], or free with [`HostMem::free_mapped`]).
+    unsafe fn recycle(&self, mem: NonNull<HostMem>);
 }
 
 // SAFETY: the bytes are reached only through the hold protocol (`hold`
@@ -83,18 +107,40 @@ impl HostMem {
     /// memory).
     #[cfg_attr(not(feature = "vulkan"), allow(dead_code))]
     pub(crate) fn mapped_handle(&self) -> Option<u64> {
-        match self.home {
-            Home::Mapped { handle, .. } => Some(handle),
+        match &self.home {
+            Home::Mapped(m) => Some(m.handle),
             _ => None,
         }
     }
 
+    /// Bytes mapped, for memory a device mapped.
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))]
+    pub(crate) fn mapped_capacity(&self) -> Option<usize> {
+        match &self.home {
+            Home::Mapped(m) => Some(m.capacity),
+            _ => None,
+        }
+    }
+
+    /// Frees a mapped header taken back by a [`Recycle`] (its owner unmaps
+    /// and frees the memory).
+    ///
+    /// # Safety
+    /// As for [`Recycle::recycle`]: the caller owns `mem`, made by
+    /// [`HostRef::mapped`].
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))]
+    pub(crate) unsafe fn free_mapped(mem: NonNull<HostMem>) {
+        // SAFETY: made by `Box::leak` in `mapped` (contract), freed once.
+        drop(unsafe { Box::from_raw(mem.as_ptr()) });
+    }
+
     /// Whether it came from `Queue::alloca`.
     pub(crate) fn is_transient(&self) -> bool {
-        matches!(
-            self.home,
-            Home::Pool { .. } | Home::Heap { transient: true }
-        )
+        match &self.home {
+            Home::Pool { .. } | Home::Heap { transient: true } => true,
+            Home::Mapped(m) => m.transient,
+            Home::Heap { transient: false } => false,
+        }
     }
 
     /// The bytes `range`, for a reader.
@@ -137,7 +183,7 @@ impl HostMem {
     pub(crate) fn held<R>(&self, access: Access, f: impl FnOnce() -> R) -> Result<R, Error> {
         // Mapped memory: see `Home::Mapped`.
         let access = match self.home {
-            Home::Mapped { .. } => Access::Write,
+            Home::Mapped(_) => Access::Write,
             _ => access,
         };
         if !self.hold.try_take(access) {
@@ -192,38 +238,68 @@ impl Counted<HostMem> {
         Self::zeroed_in(len, device, false)
     }
 
-    /// `len > 0` bytes at `ptr` that a device mapped for the host, zeroed
-    /// here, freed by dropping `owner` with the last handle.
+    /// `len > 0` bytes at `ptr` that a device mapped for the host
+    /// (`mapped.capacity >= len` of them), zeroed here, freed by dropping
+    /// `mapped.owner` with the last handle, or taken back by
+    /// `mapped.recycle`. Pending (unusable until its alloca runs) if
+    /// `mapped.transient`.
     ///
     /// # Safety
-    /// `ptr..ptr + len` is memory nothing else reaches but through this
-    /// handle (and the device's work, which holds it), valid and aligned
-    /// to [`BUFFER_ALIGN`] until `owner` is dropped.
+    /// `ptr..ptr + mapped.capacity` is memory nothing else reaches but
+    /// through this handle (and the device's work, which holds it), valid
+    /// and aligned to [`BUFFER_ALIGN`] until `mapped.owner` is dropped.
     #[cfg_attr(not(feature = "vulkan"), allow(dead_code))]
     pub(crate) unsafe fn mapped(
         ptr: NonNull<u8>,
         len: usize,
         device: u64,
-        handle: u64,
-        owner: Box<dyn Send + Sync>,
-    ) -> Result<HostRef, Error> {
-        debug_assert!(len > 0 && ptr.as_ptr() as usize % BUFFER_ALIGN == 0);
+        mapped: Mapped,
+    ) -> HostRef {
+        debug_assert!(len > 0 && len <= mapped.capacity);
+        debug_assert!(ptr.as_ptr() as usize % BUFFER_ALIGN == 0);
         // SAFETY: valid for `len` bytes, reached by no one else (contract).
         unsafe { ptr.as_ptr().write_bytes(0, len) };
+        let hold = if mapped.transient {
+            Hold::new_pending()
+        } else {
+            Hold::new()
+        };
         let mem = Box::new(HostMem {
             refs: AtomicUsize::new(1),
             ptr,
             len,
-            hold: Hold::new(),
+            hold,
             device,
-            home: Home::Mapped {
-                handle,
-                _owner: owner,
-            },
+            home: Home::Mapped(mapped),
         });
         // SAFETY: a new value, counted 1 (this handle), freed only by its
+        // `last_drop` (or its recycler).
+        unsafe { Counted::from_raw(NonNull::from(Box::leak(mem))) }
+    }
+
+    /// A recycled transient header handed out again: `len` bytes zeroed,
+    /// pending, counted 1.
+    ///
+    /// # Safety
+    /// The caller owns `mem` (taken back by its [`Recycle`]), a transient
+    /// mapped header with `len <= capacity`, `len > 0`.
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))]
+    pub(crate) unsafe fn reuse_mapped(mem: NonNull<HostMem>, len: usize) -> HostRef {
+        let m = mem.as_ptr();
+        // SAFETY: owned by the caller (contract): no other reference.
+        unsafe { (*m).len = len };
+        // SAFETY: as above.
+        unsafe { (*m).refs = AtomicUsize::new(1) };
+        // SAFETY: as above.
+        unsafe { (*m).hold = Hold::new_pending() };
+        // SAFETY: as above.
+        let bytes = unsafe { (*m).ptr.as_ptr() };
+        // SAFETY: `len` bytes of the mapping (`len <= capacity`), reached
+        // by no one else (contract).
+        unsafe { bytes.write_bytes(0, len) };
+        // SAFETY: counted 1 (this handle); freed or recycled only by its
         // `last_drop`.
-        Ok(unsafe { Counted::from_raw(NonNull::from(Box::leak(mem))) })
+        unsafe { Counted::from_raw(mem) }
     }
 
     /// `zeroed`, as `Home::Heap { transient }`.
@@ -273,10 +349,15 @@ unsafe impl Counts for HostMem {
             return;
         }
         // SAFETY: as above.
-        if matches!(unsafe { &(*mem).home }, Home::Mapped { .. }) {
-            // SAFETY: made by `Box::leak` in `mapped`, freed once; its
-            // owner unmaps and frees the bytes as it drops.
-            drop(unsafe { Box::from_raw(mem) });
+        if let Home::Mapped(m) = unsafe { &(*mem).home } {
+            if let Some(pool) = m.recycle.as_ref().and_then(std::sync::Weak::upgrade) {
+                // SAFETY: the last handle is gone: the recycler owns it now.
+                unsafe { pool.recycle(this) };
+            } else {
+                // SAFETY: made by `Box::leak` in `mapped`, freed once; its
+                // owner unmaps and frees the bytes as it drops.
+                unsafe { HostMem::free_mapped(this) };
+            }
             return;
         }
         // SAFETY: the header is valid until its block goes back below.

@@ -151,6 +151,11 @@ impl VulkanBackend {
         submitted?;
         state.submitted = value;
         drop(state);
+        if let Work::Alloca(buffer) = &work.payload().work {
+            // Usable from now on by the work ordered after the alloca (the
+            // memory exists already: its pool made it at the call).
+            crate::device::work::alloca_ran(buffer)?;
+        }
         if count > 0 {
             self.shared
                 .device_waits

@@ -147,6 +147,14 @@ fn finish(mut work: Completion<VulkanBackend>, mut result: Result<(), Error>) {
             .find_map(|(s, v)| s.wait(v, Timeout::Never).err())
             .map_or(Ok(()), Err);
     }
+    if result.is_ok() {
+        if let Work::Dealloca(buffer) = &work.payload().work {
+            // Everything ordered before it completed (its waits, met on
+            // the host or waited for above): closed for good; the memory
+            // goes back to the pool with the last handle.
+            result = crate::device::work::dealloca_ran(buffer);
+        }
+    }
     if let Err(e) = crate::device::work::release_recordings(&mut work.payload_mut().work) {
         result = result.and(Err(e));
     }

@@ -34,6 +34,7 @@ pub(crate) mod kernel;
 mod seam;
 pub(crate) mod shared;
 pub(crate) mod staging;
+mod transient;
 
 use std::sync::Arc;
 

@@ -2,17 +2,18 @@
 //! [`DeviceBackend`] (`device/no_vulkan.rs` has the same on types with no
 //! values).
 
-use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::driver::MappedBuffer;
+use super::transient::{mapping, TransientPool};
 use super::{VulkanDevice, VulkanPayload};
 use crate::device::data::buffer::HostRef;
+use crate::device::data::host_mem::Mapped;
 use crate::device::recording::Target;
 use crate::device::stats::DeviceStats;
 use crate::device::work::Work;
-use crate::device::{Buffer, DeviceBackend, BUFFER_ALIGN};
+use crate::device::{Buffer, DeviceBackend};
 use crate::error::{Error, ErrorKind};
 use crate::semaphore::Semaphore;
 use crate::task::Priority;
@@ -39,33 +40,43 @@ impl DeviceBackend for VulkanDevice {
             ));
         }
         let mem = MappedBuffer::new(&self.shared.gpu, len)?;
-        let ptr = NonNull::new(mem.ptr()).ok_or_else(|| {
-            Error::new(ErrorKind::Internal, "vkMapMemory returned a null mapping")
-        })?;
-        if ptr.as_ptr() as usize % BUFFER_ALIGN != 0 {
-            return Err(Error::new(
-                ErrorKind::Internal,
-                "the driver mapped a buffer below BUFFER_ALIGN",
-            ));
-        }
-        let handle = ash::vk::Handle::as_raw(mem.raw);
-        // SAFETY: the mapping of `len` bytes (at least: the buffer was
-        // made that long), reached only through this handle and the
-        // device's work, alive until `mem` (the owner) drops; aligned
-        // (checked above).
-        let host = unsafe { HostRef::mapped(ptr, len, self.shared.id, handle, Box::new(mem)) }?;
+        let ptr = mapping(&mem)?;
+        let mapped = Mapped {
+            handle: ash::vk::Handle::as_raw(mem.raw),
+            capacity: len,
+            transient: false,
+            owner: Box::new(mem),
+            recycle: None,
+        };
+        // SAFETY: the mapping of `len` bytes, reached only through this
+        // handle and the device's work, alive until its owner drops;
+        // aligned (`mapping`).
+        let host = unsafe { HostRef::mapped(ptr, len, self.shared.id, mapped) };
         Ok(Buffer::mapped(host))
     }
 
-    fn alloca(&self, _len: usize, _queue: usize) -> Result<Buffer, Error> {
-        Err(Error::new(
-            ErrorKind::FailedPrecondition,
-            "Queue::alloca is not supported on a Vulkan device yet: use Device::buffer",
-        ))
+    /// A buffer from the device's pool, pending until the alloca's action
+    /// is issued (from then on the GPU work ordered after it may use it),
+    /// closed when the dealloca's action completes; its memory goes back
+    /// to the pool with its last handle. Any queue of the device may use
+    /// it and give it back (its memory is not tied to a queue).
+    fn alloca(&self, len: usize, _queue: usize) -> Result<Buffer, Error> {
+        Ok(Buffer::mapped(TransientPool::alloca(
+            &self.shared.transient,
+            len,
+        )?))
     }
 
-    fn owns_transient(&self, _buffer: &Buffer, _queue: usize) -> Result<bool, Error> {
-        Ok(false)
+    fn owns_transient(&self, buffer: &Buffer, _queue: usize) -> Result<bool, Error> {
+        Ok(buffer
+            .host()
+            .is_some_and(|m| m.is_transient() && m.device() == self.shared.id))
+    }
+
+    fn check_execute(&self, work: &Work) -> Result<(), Error> {
+        // Issue checks again (the holds); refusing at the call reports it
+        // where the mistake was made.
+        crate::device::work::check_not_gone(work)
     }
 
     fn made(&self, target: &Target) -> bool {

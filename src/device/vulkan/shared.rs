@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ash::vk;
 
 use super::driver::Gpu;
+use super::transient::TransientPool;
 use crate::semaphore::EventPool;
 
 /// A timeline point another Vulkan queue of the device may wait for on
@@ -55,13 +56,17 @@ pub(crate) struct VulkanShared {
     pub(crate) points: EventPool<Point>,
     /// Waits met on the GPU (a submission waiting for another's point).
     pub(crate) device_waits: AtomicU64,
+    /// Memory for `Queue::alloca`.
+    pub(crate) transient: Arc<TransientPool>,
 }
 
 impl VulkanShared {
     pub(crate) fn new(gpu: Arc<Gpu>, points: u32) -> Result<VulkanShared, crate::Error> {
         let hardware = gpu.queues.iter().map(|&q| Mutex::new(q)).collect();
+        let id = crate::sync::unique_number();
         Ok(VulkanShared {
-            id: crate::sync::unique_number(),
+            id,
+            transient: Arc::new(TransientPool::new(gpu.clone(), id)),
             gpu,
             hardware,
             points: EventPool::new(
