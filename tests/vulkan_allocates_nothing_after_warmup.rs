@@ -162,7 +162,6 @@ fn submissions_allocate_nothing_once_warm() {
         allocations, 0,
         "2k alloca frames allocated {allocations} times"
     );
-    drop(frame);
     let e = last.unwrap().read(0, &mut [0u8; 4]).unwrap_err();
     assert_eq!(e.kind(), fenceline::ErrorKind::FailedPrecondition);
 }
