@@ -379,3 +379,28 @@ fn alloca_memory_is_usable_from_its_alloca_to_its_dealloca_on_any_queue() {
     drop((tmp, cb));
     vulkan::assert_no_messages();
 }
+
+// Catches: priorities lost on the way to the queues, or refused.
+#[test]
+fn queue_priorities_are_kept() {
+    if vulkan::device(1).is_none() {
+        return;
+    }
+    use fenceline::Priority;
+    let d = Device::vulkan_with_priorities(
+        0,
+        VulkanConfig {
+            queues: 3,
+            validation: true,
+            ..Default::default()
+        },
+        &[Priority::High, Priority::Low],
+    )
+    .unwrap();
+    let got: Vec<_> = (0..3).map(|i| d.queue(i).unwrap().priority()).collect();
+    assert_eq!(got, [Priority::High, Priority::Low, Priority::Normal]);
+    let e = Device::vulkan_with_priorities(0, VulkanConfig::default(), &[Priority::High; 2])
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    vulkan::assert_no_messages();
+}

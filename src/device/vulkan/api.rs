@@ -58,9 +58,11 @@ impl Device {
 
     /// [`vulkan_with`](Self::vulkan_with), with queue `i`'s [`Priority`]
     /// `priorities[i]` (`Normal` past the slice's end), as the CPU and
-    /// CUDA devices take them. It is kept and reported
-    /// ([`Queue::priority`](crate::Queue::priority)); the hardware queues
-    /// are made with one priority, so the GPU does not order by it.
+    /// CUDA devices take them. The hardware queues are made with Vulkan
+    /// queue priorities (`High` 1.0, `Normal` 0.5, `Low` 0.0), which the
+    /// driver may use to favour one queue's work over another's; fenceline
+    /// queues sharing a hardware queue (the device has fewer: lavapipe has
+    /// one) share the highest of their priorities.
     ///
     /// Errors: as [`vulkan_with`](Self::vulkan_with); `InvalidArgument`
     /// for more priorities than queues.

@@ -124,7 +124,15 @@ impl VulkanDevice {
             validation: config.validation,
             loader: None,
         })?);
-        let gpu = Arc::new(Gpu::new(&instance, index, config.queues as u32)?);
+        // Vulkan's queue priorities: `High` 1.0, `Normal` 0.5, `Low` 0.0.
+        let levels: Vec<f32> = (0..config.queues)
+            .map(|i| match priorities::of_queue(priorities, i) {
+                Priority::High => 1.0,
+                Priority::Normal => 0.5,
+                Priority::Low => 0.0,
+            })
+            .collect();
+        let gpu = Arc::new(Gpu::new(&instance, index, &levels)?);
         let shared = Arc::new(VulkanShared::new(gpu, config.points)?);
         let (thread, issuer) =
             IssuerThread::start("fenceline-vk-issuer", config.queues, backend::run_turn)?;

@@ -26,14 +26,21 @@ pub(crate) struct Gpu {
 }
 
 impl Gpu {
-    /// Device `index` of `instance`, with up to `queues` hardware queues
-    /// of its first compute-capable family.
+    /// Device `index` of `instance`, with up to `priorities.len()` (at
+    /// least 1) hardware queues of its first compute-capable family: when
+    /// the family has fewer, queue `i` stands for every `j` with
+    /// `j % count == i`, and is made with the highest of their priorities
+    /// (`0.0..=1.0`).
     ///
     /// # Errors
     /// `Unavailable` with the reason: no such device, no compute queue,
     /// a device older than Vulkan 1.2 or without timeline semaphores or
     /// synchronization2, or a device that cannot be made.
-    pub(crate) fn new(instance: &Arc<Instance>, index: usize, queues: u32) -> Result<Gpu, Error> {
+    pub(crate) fn new(
+        instance: &Arc<Instance>,
+        index: usize,
+        priorities: &[f32],
+    ) -> Result<Gpu, Error> {
         let devices = instance.physical_devices()?;
         let Some(&physical) = devices.get(index) else {
             return Err(unavailable(format!(
@@ -100,8 +107,13 @@ impl Gpu {
             )));
         };
         let family = family as u32;
-        let count = queues.clamp(1, props.queue_count);
-        let priorities = vec![1.0f32; count as usize];
+        let count = (priorities.len() as u32).clamp(1, props.queue_count);
+        let priorities: Vec<f32> = (0..count as usize)
+            .map(|h| {
+                let mine = priorities.iter().skip(h).step_by(count as usize);
+                mine.fold(0.0f32, |a, &p| a.max(p)).clamp(0.0, 1.0)
+            })
+            .collect();
         let queue_info = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(family)
             .queue_priorities(&priorities)];

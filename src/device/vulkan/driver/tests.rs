@@ -23,7 +23,7 @@ pub(super) fn gpu() -> Option<(MutexGuard<'static, ()>, Arc<Gpu>)> {
         validation: true,
         loader: None,
     };
-    let opened = Instance::new(&config).and_then(|i| Gpu::new(&Arc::new(i), 0, 2));
+    let opened = Instance::new(&config).and_then(|i| Gpu::new(&Arc::new(i), 0, &[1.0, 1.0]));
     match opened {
         Ok(gpu) => {
             let _ = validation_messages();
