@@ -21,6 +21,13 @@
 //! pipeline.json` also records the fenceline run's timeline (after its
 //! warm-up) and writes it in the Chrome trace format: open it in
 //! <https://ui.perfetto.dev> or chrome://tracing.
+//!
+//! With the `vulkan` feature, `-- --vulkan` then computes the same frames
+//! on a Vulkan device (the kernels the WGSL shaders of
+//! `examples/common/shaders/`, compiled by naga), first a few under the
+//! validation layer, then a timed run, and checks that their statistics
+//! are the CPU device's (`examples/common/vulkan_pipeline.rs`):
+//! `cargo run --release --example pipeline --features vulkan -- --vulkan`.
 
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::{Duration, Instant};
@@ -35,6 +42,10 @@ use image::{
     blur_rows, fold_digest, source_image, tile_stats, IMAGE_BYTES, ROWS_PER_TILE, STATS_BYTES,
     STATS_PER_TILE, TILES, TILE_BYTES,
 };
+
+#[cfg(feature = "vulkan")]
+#[path = "common/vulkan_pipeline.rs"]
+mod vulkan_pipeline;
 
 #[global_allocator]
 static GLOBAL: common::Counting = common::Counting;
@@ -356,6 +367,7 @@ fn main() -> Result<(), Error> {
         .position(|a| a == "--trace")
         .map(|i| args.get(i + 1).map_or("pipeline.json", String::as_str));
     let seconds: f64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(3.0);
+    let vulkan = args.iter().any(|a| a == "--vulkan");
     let images: Vec<Vec<u8>> = (0..IMAGES).map(source_image).collect();
     println!(
         "frames of a {}x{} image: write, 3x3 blur into an alloca'd buffer, per-tile histograms, \
@@ -382,6 +394,15 @@ fn main() -> Result<(), Error> {
             fenceline::ErrorKind::Internal,
             "fenceline's and rayon's frames differ",
         ));
+    }
+    if vulkan {
+        #[cfg(feature = "vulkan")]
+        vulkan_pipeline::run(seconds, &images, &ours)?;
+        #[cfg(not(feature = "vulkan"))]
+        println!(
+            "vulkan: skipped, --vulkan needs the vulkan feature: \
+             cargo run --release --example pipeline --features vulkan -- --vulkan"
+        );
     }
     Ok(())
 }

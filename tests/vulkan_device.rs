@@ -15,21 +15,18 @@ mod vulkan;
 
 const LONG: Duration = Duration::from_secs(30);
 
-/// One invocation spins `rounds` dependent steps, then writes the result
-/// to `out[0]` and `out[1] = 1` (a kernel that runs for a while: tens of
-/// milliseconds on lavapipe for a few million rounds).
+/// Each workgroup adds 1 to `out[0]` 1000 times (atomics: no compiler
+/// folds the loop; lavapipe ends a loop after 65535 iterations, hence
+/// workgroups), then stores 1 to `out[1]`: a dispatch that runs for a
+/// while.
 const SPIN: &str = r#"
-struct Params { rounds: u32 }
-var<push_constant> params: Params;
-@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@group(0) @binding(0) var<storage, read_write> out: array<atomic<u32>>;
 @compute @workgroup_size(1)
 fn main() {
-    var x = 1u;
-    for (var i = 0u; i < params.rounds; i++) {
-        x = x * 1664525u + 1013904223u;
+    for (var j = 0u; j < 1000u; j++) {
+        atomicAdd(&out[0], 1u);
     }
-    out[0] = x;
-    out[1] = 1u;
+    atomicStore(&out[1], 1u);
 }
 "#;
 
@@ -65,17 +62,23 @@ fn words(buffer: &fenceline::Buffer, n: usize) -> Vec<u32> {
         .collect()
 }
 
-/// A spin of `rounds` writing `out`, recorded.
-fn spin(device: &Device, out: &fenceline::Buffer, rounds: u32) -> fenceline::CommandBuffer {
-    let k = load(device, SPIN, 1, 4);
+/// Returns once an issued action holds `buffer` (a host write of it
+/// fails): a submission returns before its action is issued when another
+/// thread holds the queue's issue turn.
+fn until_held(buffer: &fenceline::Buffer) {
+    let deadline = std::time::Instant::now() + LONG;
+    while buffer.write(0, &[0]).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "never issued");
+        std::thread::yield_now();
+    }
+}
+
+/// A spin of `groups` thousand atomic adds to `out`, recorded.
+fn spin(device: &Device, out: &fenceline::Buffer, groups: u32) -> fenceline::CommandBuffer {
+    let k = load(device, SPIN, 1, 0);
     let mut cb = device.command_buffer().unwrap();
-    cb.dispatch_spirv(
-        &k,
-        [1, 1, 1],
-        &[SpirvBinding::Buffer(out)],
-        &rounds.to_le_bytes(),
-    )
-    .unwrap();
+    cb.dispatch_spirv(&k, [groups, 1, 1], &[SpirvBinding::Buffer(out)], &[])
+        .unwrap();
     cb.end().unwrap();
     cb
 }
@@ -89,14 +92,15 @@ fn a_wait_on_another_queues_signal_is_met_on_the_gpu() {
     let Some(d) = vulkan::device(2) else { return };
     let (q0, q1) = (d.queue(0).unwrap(), d.queue(1).unwrap());
     let (x, y) = (d.buffer(8).unwrap(), d.buffer(8).unwrap());
-    let long = spin(&d, &x, 3_000_000);
+    let long = spin(&d, &x, 300);
     let mut copy = d.command_buffer().unwrap();
     copy.copy(&x, 0, &y, 0, 8).unwrap();
     copy.end().unwrap();
     let (a, b) = (Semaphore::new(0), Semaphore::new(0));
-    // The producer is issued at once and runs for a while: the consumer,
-    // submitted right after, finds its value published and waits on the GPU.
+    // The producer is issued, and runs for a while: the consumer, submitted
+    // then, finds its value published and waits on the GPU.
     q0.execute(&[], &[(&a, 1)], &[&long]).unwrap();
+    until_held(&x);
     q1.execute(&[(&a, 1)], &[(&b, 1)], &[&copy]).unwrap();
     b.wait(1, LONG).unwrap();
     assert_eq!(
@@ -124,7 +128,7 @@ fn with_device_waits_off_every_wait_is_met_on_the_host() {
     };
     let (q0, q1) = (d.queue(0).unwrap(), d.queue(1).unwrap());
     let (x, y) = (d.buffer(8).unwrap(), d.buffer(8).unwrap());
-    let long = spin(&d, &x, 1_000_000);
+    let long = spin(&d, &x, 100);
     let mut copy = d.command_buffer().unwrap();
     copy.copy(&x, 0, &y, 0, 8).unwrap();
     copy.end().unwrap();
@@ -144,13 +148,14 @@ fn with_device_waits_off_every_wait_is_met_on_the_host() {
 fn a_host_copy_of_a_buffer_in_use_fails_and_succeeds_after() {
     let Some(d) = vulkan::device(1) else { return };
     let x = d.buffer(8).unwrap();
-    let long = spin(&d, &x, 20_000_000);
+    let long = spin(&d, &x, 2_000);
     let done = Semaphore::new(0);
     d.queue(0)
         .unwrap()
         .execute(&[], &[(&done, 1)], &[&long])
         .unwrap();
-    // Issued at once: the action holds `x` until it completes.
+    // Once issued, the action holds `x` until it completes.
+    until_held(&x);
     let e = x.write(0, &[1, 2, 3, 4]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
     let mut out = [0u8; 8];
@@ -402,5 +407,46 @@ fn queue_priorities_are_kept() {
     let e = Device::vulkan_with_priorities(0, VulkanConfig::default(), &[Priority::High; 2])
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    vulkan::assert_no_messages();
+}
+
+// Catches: a producer that fails after its submission (its signals were
+// published, a dependent waits for them on the GPU) leaving the dependent
+// to signal success, or to hang. Here the producer is a dealloca, issued
+// behind a long spin, that finds the buffer held when it completes (by an
+// action issued after it): it fails, `FailedPrecondition`. All on one
+// queue, whose completions come in submission order on any device.
+// Mutation checked: the completer's wait for the producers of GPU-side
+// waits removed (`finish`): the dependent signals success.
+#[test]
+fn a_producer_failing_after_submission_fails_its_gpu_waiting_dependent_kind_kept() {
+    let Some(d) = vulkan::device(1) else { return };
+    let q = d.queue(0).unwrap();
+    let s = Semaphore::new(0);
+    let tmp = q.alloca(&[], &[(&s, 1)], 64).unwrap();
+    s.wait(1, LONG).unwrap();
+    let other = d.buffer(8).unwrap();
+    let first = spin(&d, &other, 5_000);
+    let holder = spin(&d, &tmp, 100);
+    let [ran, freed, held, after] = [0; 4].map(Semaphore::new);
+    q.execute(&[], &[(&ran, 1)], &[&first]).unwrap();
+    q.dealloca(&[], &[(&freed, 1)], &tmp).unwrap();
+    q.execute(&[], &[(&held, 1)], &[&holder]).unwrap();
+    until_held(&tmp);
+    let mut cb = d.command_buffer().unwrap();
+    cb.fill(&d.buffer(4).unwrap(), 0, 4, &[1]).unwrap();
+    cb.end().unwrap();
+    q.execute(&[(&freed, 1)], &[(&after, 1)], &[&cb]).unwrap();
+    let e = freed.wait(1, LONG).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "{e}");
+    let e = after.wait(1, LONG).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FailedPrecondition, "kind kept: {e}");
+    fenceline::wait_all(&[(&ran, 1), (&held, 1)], LONG).unwrap();
+    assert!(
+        d.stats().device_waits >= 1,
+        "the dependent waited on the GPU"
+    );
+    // The buffer stayed usable (the dealloca did not run).
+    tmp.write(0, &[1]).unwrap();
     vulkan::assert_no_messages();
 }
