@@ -1,12 +1,12 @@
-//! Devices: the CPU device (embedded default) and, with feature `cuda`,
-//! the CUDA device (a Vulkan one is being built, feature `vulkan`).
+//! Devices: the CPU device (embedded default), with feature `cuda` the
+//! CUDA device, with feature `vulkan` the Vulkan device.
 //!
 //! A [`Device`] owns one [`PendingQueue`](crate::queue::PendingQueue) per
 //! queue. On the CPU device each submission runs as a task DAG built in
 //! pool memory on the device's executor; on the CUDA device it is issued
-//! to the queue's stream (see the `cuda` module, feature `cuda`).
-//! [`Queue::execute`] submits command buffers gated by semaphores the same
-//! way on both.
+//! to the queue's stream, on the Vulkan device submitted to a Vulkan queue
+//! (see the `cuda` and `vulkan` modules). [`Queue::execute`] submits
+//! command buffers gated by semaphores the same way on all three.
 //!
 //! The layout: this file, `queue.rs`, `command_buffer.rs`, `work.rs` and
 //! `validate.rs` are the front end every backend shares; `recording/` and
@@ -258,7 +258,8 @@ impl Device {
         })
     }
 
-    /// `"cpu"`, or the CUDA device's name.
+    /// `"cpu"`, or the name the CUDA or Vulkan driver reports for the
+    /// device.
     pub fn kind_name(&self) -> &str {
         on_backend!(&*self.inner, |d| d.name())
     }

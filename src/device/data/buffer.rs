@@ -1,5 +1,6 @@
 //! `Buffer`: device memory; for the CPU device, host memory; for the CUDA
-//! device, `cuMemAlloc` memory.
+//! device, `cuMemAlloc` memory; for the Vulkan device, host-visible memory
+//! mapped for the buffer's life (a `HostMem` whose home is the mapping).
 //!
 //! A CPU-device buffer's bytes are plain memory (aligned to
 //! [`BUFFER_ALIGN`]), read and written with `memcpy`/`memset` and through
@@ -110,16 +111,20 @@ impl Buffer {
     }
 
     /// Copies `out.len()` bytes starting at `offset` into `out` (for a
-    /// CUDA buffer, a synchronous device-to-host copy).
+    /// CUDA buffer, a synchronous device-to-host copy; for a Vulkan one, a
+    /// copy from its mapping).
     ///
     /// # Errors
     ///
     /// - [`OutOfRange`](ErrorKind::OutOfRange) if
     ///   `offset..offset + out.len()` does not fit in the buffer.
     /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) for a CPU
-    ///   buffer that a running action writes (nothing is copied), or a
-    ///   buffer from [`Queue::alloca`](crate::Queue::alloca) before its
-    ///   alloca ran (on a CUDA device: completed) or after its dealloca ran.
+    ///   buffer that a running action writes, a Vulkan buffer that a
+    ///   submitted action not yet completed uses (or another host copy is
+    ///   copying: host copies of a Vulkan buffer are exclusive), nothing
+    ///   copied; or a buffer from [`Queue::alloca`](crate::Queue::alloca)
+    ///   before its alloca ran (on a CUDA device: completed; on a Vulkan
+    ///   device: issued) or after its dealloca ran.
     /// - [`Internal`](ErrorKind::Internal) for a CUDA buffer, if the driver
     ///   fails to make the context current or to copy.
     ///
@@ -147,7 +152,8 @@ impl Buffer {
     }
 
     /// Copies `data` into the buffer at `offset` (host side, synchronous;
-    /// for a CUDA buffer, a synchronous host-to-device copy).
+    /// for a CUDA buffer, a synchronous host-to-device copy; for a Vulkan
+    /// one, a copy into its mapping, visible to work submitted after it).
     ///
     /// # Errors
     ///
@@ -156,9 +162,12 @@ impl Buffer {
     /// - [`OutOfRange`](ErrorKind::OutOfRange) if
     ///   `offset..offset + data.len()` does not fit in the buffer.
     /// - [`FailedPrecondition`](ErrorKind::FailedPrecondition) for a CPU
-    ///   buffer that a running action reads or writes, or a buffer from
+    ///   buffer that a running action reads or writes, a Vulkan buffer that
+    ///   a submitted action not yet completed uses (or another host copy
+    ///   is copying), or a buffer from
     ///   [`Queue::alloca`](crate::Queue::alloca) before its alloca ran (on a
-    ///   CUDA device: completed) or after its dealloca ran.
+    ///   CUDA device: completed; on a Vulkan device: issued) or after its
+    ///   dealloca ran.
     /// - [`Internal`](ErrorKind::Internal) for a CUDA buffer, if the driver
     ///   fails to make the context current or to copy.
     ///

@@ -162,7 +162,7 @@ impl CommandBuffer {
     /// `FailedPrecondition` on a CPU or CUDA device's command buffer, or
     /// one that has ended; `InvalidArgument` for a kernel or buffer of
     /// another device, a binding count or push-constant size other than the
-    /// kernel's, a slot of [`MAX_SLOTS`](crate::MAX_SLOTS) or more, a zero
+    /// kernel's, a slot of [`MAX_SLOTS`](crate::device::MAX_SLOTS) or more, a zero
     /// workgroup count, or a buffer bound with a conflicting use in the
     /// same stage.
     pub fn dispatch_spirv(
