@@ -41,8 +41,15 @@ cargo test "${offline[@]}" --release --features cuda \
 echo "==> Vulkan tests (the machine's driver, where one is installed)"
 if command -v vulkaninfo >/dev/null 2>&1 \
   && vulkaninfo --summary 2>/dev/null | grep -q VK_LAYER_KHRONOS_validation; then
+  # The device under test: FENCELINE_VULKAN_DEVICE (the loader's order;
+  # `vulkaninfo --summary` lists them), default 0. The driver layer's unit
+  # tests, the shared scenarios, the device's own tests and the
+  # zero-allocation count.
   FENCELINE_VULKAN=gpu cargo test "${offline[@]}" --release --features vulkan --lib vulkan \
     -- --nocapture 2>&1 | tee "$logs/vulkan.log" || status=$?
+  FENCELINE_VULKAN=gpu cargo test "${offline[@]}" --release --features vulkan \
+    --test vulkan_scenarios --test vulkan_device --test vulkan_allocates_nothing_after_warmup \
+    2>&1 | tee -a "$logs/vulkan.log" || status=$?
   {
     echo
     echo "## Vulkan tests"

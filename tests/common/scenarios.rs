@@ -74,7 +74,9 @@ impl Rig {
         };
         crate::vulkan::device_with(config(1))?;
         Some(Rig {
-            make: Box::new(move |queues| Device::vulkan_with(0, config(queues))),
+            make: Box::new(move |queues| {
+                Device::vulkan_with(crate::vulkan::index(), config(queues))
+            }),
             kind: Kind::Vulkan,
         })
     }

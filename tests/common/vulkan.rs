@@ -18,8 +18,17 @@ pub fn device(queues: usize) -> Option<Device> {
     })
 }
 
+/// The Vulkan device the tests use: `FENCELINE_VULKAN_DEVICE` (an index
+/// in the loader's order), else 0.
+pub fn index() -> usize {
+    std::env::var("FENCELINE_VULKAN_DEVICE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 pub fn device_with(config: VulkanConfig) -> Option<Device> {
-    match Device::vulkan_with(0, config) {
+    match Device::vulkan_with(index(), config) {
         Ok(d) => Some(d),
         Err(e) if std::env::var_os("FENCELINE_VULKAN").is_some() => {
             panic!("FENCELINE_VULKAN is set, but no Vulkan device with validation: {e}")
