@@ -23,7 +23,8 @@
 //! <https://ui.perfetto.dev> or chrome://tracing.
 //!
 //! With the `vulkan` feature, `-- --vulkan` then computes the same frames
-//! on a Vulkan device (the kernels the WGSL shaders of
+//! on a Vulkan device, with the same stages (alloca, blur, statistics,
+//! dealloca), queues and semaphores (the kernels the WGSL shaders of
 //! `examples/common/shaders/`, compiled by naga), first a few under the
 //! validation layer, then a timed run, and checks that their statistics
 //! are the CPU device's (`examples/common/vulkan_pipeline.rs`):

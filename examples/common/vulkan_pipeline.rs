@@ -4,13 +4,16 @@
 //! `examples/common/image.rs`), compiled to SPIR-V by naga and loaded with
 //! `Device::load_spirv`.
 //!
-//! Each frame, the host writes the source image into a buffer of a ring
-//! (`Buffer::write`); the blur runs on queue 1 into a buffer of a second
-//! ring (`Queue::alloca` is not supported on Vulkan yet), the statistics
-//! on queue 0 into a third; the host reads them back (`Buffer::read`).
-//! Both dispatches are recorded once and run on the frame's buffers
-//! through binding tables (`Queue::execute_with`); the queues are chained
-//! by timeline semaphores, 3 frames in flight, as in the CPU device's run.
+//! Each frame, as in the CPU device's run: the host writes the source
+//! image into a buffer of a ring (`Buffer::write`); queue 0 takes a buffer
+//! from the device's pool (`Queue::alloca`); the blur runs on queue 1 into
+//! it, the statistics on queue 0 from it into a buffer of a second ring;
+//! queue 0 gives the blurred buffer back (`Queue::dealloca`, its memory
+//! back in the pool with its last handle: no allocation once warm); the
+//! host reads the statistics (`Buffer::read`). Both dispatches are
+//! recorded once and run on the frame's buffers through binding tables
+//! (`Queue::execute_with`); the queues are chained by the CPU run's four
+//! timeline semaphores, with its waits and signals, 3 frames in flight.
 //!
 //! First a short run under the Khronos validation layer (any message
 //! fails the demo), then the timed run without it; both runs' statistics
@@ -33,7 +36,8 @@ const BLUR: &str = include_str!("shaders/blur.wgsl");
 const STATS: &str = include_str!("shaders/stats.wgsl");
 
 /// Frames of the validated run: past the rings' length, so that every
-/// buffer is reused under validation.
+/// ring buffer, and the pool's blurred buffers, are reused under
+/// validation.
 const VALIDATED_FRAMES: u64 = 3 * RING as u64;
 
 /// Longest wait for one frame's statistics: a stuck device fails the demo
@@ -118,7 +122,7 @@ pub fn run(until_seconds: f64, images: &[Vec<u8>], cpu: &Figures) -> Result<(), 
     }
     let device = Device::vulkan_with(0, config(false))?;
     println!(
-        "vulkan on {}: the blur into a ring of {RING} buffers (no alloca on Vulkan yet), \
+        "vulkan on {}: the blur into an alloca'd buffer (dealloca'd after the statistics), \
          the WGSL kernels compiled to SPIR-V by naga, {TILES} workgroups a dispatch, \
          {IN_FLIGHT} frames in flight, {until_seconds} s",
         device.kind_name()
@@ -189,8 +193,7 @@ fn frames(
             .map(|_| device.buffer(len))
             .collect::<Result<Vec<_>, _>>()
     };
-    let (sources, blurred_images, stats) =
-        (ring(IMAGE_BYTES)?, ring(IMAGE_BYTES)?, ring(STATS_BYTES)?);
+    let (sources, stats) = (ring(IMAGE_BYTES)?, ring(STATS_BYTES)?);
     // Each dispatch recorded once: slots 0 and 1 are the frame's buffers.
     let slots = [SpirvBinding::Slot(0), SpirvBinding::Slot(1)];
     let mut blur = device.command_buffer()?;
@@ -199,9 +202,9 @@ fn frames(
     let mut statistics = device.command_buffer()?;
     statistics.dispatch_spirv(&load(device, &spirv.stats)?, [TILES, 1, 1], &slots, &[])?;
     statistics.end()?;
-    // `blurred` orders the blurs, `counted` the statistics: a frame is
-    // done when its statistics are.
-    let [blurred, counted] = [0; 2].map(Semaphore::new);
+    // `alloc` orders the allocas, `blurred` and `counted` the dispatches,
+    // `freed` the deallocas: a frame is done when its dealloca ran.
+    let [alloc, blurred, counted, freed] = [0; 4].map(Semaphore::new);
     let mut host_stats = vec![0u32; STATS_BYTES / 4];
     let mut digests = Vec::with_capacity(1 << 20);
     let mut started = [Instant::now(); RING];
@@ -216,7 +219,7 @@ fn frames(
         Until::Frames(_) => 0.0,
     };
     let mut collect = |done: u64, started: &[Instant; RING], measure: &mut Measure| {
-        counted.wait(done, FRAME_TIMEOUT)?;
+        freed.wait(done, FRAME_TIMEOUT)?;
         let latency = started[done as usize % RING].elapsed();
         stats[done as usize % RING].read(0, bytemuck::cast_slice_mut(&mut host_stats))?;
         digests.push(fold_digest(0, &host_stats));
@@ -229,20 +232,22 @@ fn frames(
         let f = frame;
         let at = f as usize % RING;
         started[at] = Instant::now();
-        let (source, tmp) = (&sources[at], &blurred_images[at]);
+        let source = &sources[at];
         source.write(0, &images[(f % IMAGES) as usize])?;
+        let tmp = q0.alloca(&[(&alloc, f - 1)], &[(&alloc, f)], IMAGE_BYTES)?;
         q1.execute_with(
-            &[(&blurred, f - 1)],
+            &[(&alloc, f), (&blurred, f - 1)],
             &[(&blurred, f)],
             &[&blur],
-            &[source, tmp],
+            &[source, &tmp],
         )?;
         q0.execute_with(
             &[(&blurred, f), (&counted, f - 1)],
             &[(&counted, f)],
             &[&statistics],
-            &[tmp, &stats[at]],
+            &[&tmp, &stats[at]],
         )?;
+        q0.dealloca(&[(&counted, f), (&freed, f - 1)], &[(&freed, f)], &tmp)?;
         if f >= IN_FLIGHT {
             collect(f + 1 - IN_FLIGHT, &started, &mut measure)?;
         }
