@@ -14,6 +14,9 @@
 //! the pool (`recycle: None`): 4,000 allocations in the 2k alloca frames.
 #![cfg(feature = "vulkan")]
 
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use fenceline::{Semaphore, SpirvBinding};
@@ -122,11 +125,13 @@ fn submissions_allocate_nothing_once_warm() {
     b.read(0, &mut v).unwrap();
     assert_eq!(u32::from_le_bytes(v), 4_000, "one workgroup a frame");
 
-    // Frames of alloca (queue 0), a fill of it (queue 1), dealloca (queue 0).
+    // Frames of alloca (queue 0), a fill of it (queue 1), dealloca (queue
+    // 0), at most three frames alive: before frame `f`'s alloca, frame
+    // `f - 2`'s dealloca was seen, and its last handle is dropped.
     let [alloc, filled, freed] = [0; 3].map(Semaphore::new);
     let mut fill = device.command_buffer_one_shot().unwrap();
-    let mut last = None;
     let mut frame = |f: u64| {
+        freed.wait(f.saturating_sub(2), LONG).unwrap();
         let tmp = queues[0]
             .alloca(
                 &[(&alloc, f - 1)],
@@ -143,25 +148,77 @@ fn submissions_allocate_nothing_once_warm() {
         queues[0]
             .dealloca(&[(&filled, f), (&freed, f - 1)], &[(&freed, f)], &tmp)
             .unwrap();
-        if f % 16 == 0 {
-            freed.wait(f, LONG).unwrap();
-        }
-        last = Some(tmp);
+        tmp
     };
     for f in 1..=2_000 {
         frame(f);
     }
     freed.wait(2_000, LONG).unwrap();
     let before = common::allocations();
-    for f in 2_001..=4_000 {
+    for f in 2_001..4_000 {
         frame(f);
     }
+    let last = frame(4_000);
     freed.wait(4_000, LONG).unwrap();
     let allocations = common::allocations() - before;
     assert_eq!(
         allocations, 0,
         "2k alloca frames allocated {allocations} times"
     );
-    let e = last.unwrap().read(0, &mut [0u8; 4]).unwrap_err();
+    let e = last.read(0, &mut [0u8; 4]).unwrap_err();
     assert_eq!(e.kind(), fenceline::ErrorKind::FailedPrecondition);
+
+    // A dealloca's buffer is back in the pool when its signal is seen and
+    // the last handle dropped: seen here by a waker, which runs on the
+    // completion thread inside the signal, drops the last handle and
+    // allocas again at once (one buffer of this size in the pool).
+    // Mutation checked: the action's buffer handle dropped after its
+    // signals: the alloca in the waker allocates, every run.
+    struct Again {
+        tmp: Mutex<Option<fenceline::Buffer>>,
+        next: Mutex<Option<fenceline::Buffer>>,
+        queue: fenceline::Queue,
+    }
+    impl Wake for Again {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            drop(self.tmp.lock().unwrap().take());
+            let next = self.queue.alloca(&[], &[], 70_000).unwrap();
+            *self.next.lock().unwrap() = Some(next);
+        }
+    }
+    let s = Semaphore::new(0);
+    let warm = queues[0].alloca(&[], &[(&s, 1)], 70_000).unwrap();
+    queues[0].dealloca(&[(&s, 1)], &[(&s, 2)], &warm).unwrap();
+    s.wait(2, LONG).unwrap();
+    drop(warm);
+    let again = Arc::new(Again {
+        tmp: Mutex::new(None),
+        next: Mutex::new(None),
+        queue: queues[1].clone(),
+    });
+    let waker = Waker::from(again.clone());
+    let gate = Semaphore::new(0);
+    let tmp = queues[0].alloca(&[], &[(&s, 3)], 70_000).unwrap();
+    s.wait(3, LONG).unwrap();
+    queues[0].dealloca(&[(&gate, 1)], &[(&s, 4)], &tmp).unwrap();
+    *again.tmp.lock().unwrap() = Some(tmp);
+    let mut wait = std::pin::pin!(s.wait_async(4));
+    assert!(wait
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    let before = common::allocations();
+    gate.signal(1).unwrap();
+    s.wait(4, LONG).unwrap();
+    while again.next.lock().unwrap().is_none() {
+        std::thread::yield_now();
+    }
+    let allocations = common::allocations() - before;
+    assert_eq!(
+        allocations, 0,
+        "an alloca on the dealloca's signal allocated {allocations} times"
+    );
 }
