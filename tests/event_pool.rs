@@ -182,20 +182,29 @@ fn device_signal_picks_the_smallest_value_reaching_and_never_leaks() {
     );
 }
 
+/// Mutation checked: a full table refusing every value (the record of 100
+/// fails).
 #[test]
 fn device_signal_table_is_bounded() {
     let counts = Arc::new(Counts::default());
     let cap = fenceline::testing::timepoint::DEVICE_SIGNALS as u32;
     let p = pool(&counts, 0, cap + 1);
     let s = Semaphore::new(0);
-    for v in 1..=u64::from(cap) {
+    for v in 2..=u64::from(cap) + 1 {
         assert!(s.record_device_signal(v, p.acquire().unwrap().erase()));
     }
     assert!(
-        !s.record_device_signal(100, p.acquire().unwrap().erase()),
-        "full table refuses; the caller waits on the host"
+        !s.record_device_signal(1, p.acquire().unwrap().erase()),
+        "a full table of larger values refuses; the caller waits on the host"
     );
     // The refused event went straight back.
+    let _ = p.acquire().unwrap();
+    // A larger value takes the smallest one's place (a chain submitted
+    // ahead: the next link waits for the newest value), and its event
+    // goes back to the pool.
+    assert!(s.record_device_signal(100, p.acquire().unwrap().erase()));
+    assert_eq!(s.device_signal_reaching(1).unwrap().0, 3, "2 gave way");
+    assert_eq!(s.device_signal_reaching(50).unwrap().0, 100);
     let _ = p.acquire().unwrap();
     drop(s);
     let all: Vec<_> = (0..=cap).map(|_| p.acquire().unwrap()).collect();

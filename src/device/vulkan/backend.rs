@@ -51,6 +51,8 @@ impl VulkanPayload {
 /// ring of command buffers, each with the value of its last submission.
 struct IssueState {
     submitted: u64,
+    /// A value the timeline was seen to have reached (a lower bound).
+    reached: u64,
     ring: VecDeque<(Recorder, u64)>,
 }
 
@@ -88,6 +90,7 @@ impl VulkanBackend {
             completer,
             issue: Mutex::new(IssueState {
                 submitted: 0,
+                reached: 0,
                 ring: VecDeque::with_capacity(RING_MAX),
             }),
             timeline,
@@ -194,9 +197,11 @@ impl VulkanBackend {
                 .iter()
                 .flatten()
                 .chain(more.iter().flat_map(|m| m.iter()));
-            for recording in recordings {
+            for (i, recording) in recordings.enumerate() {
+                if i > 0 {
+                    rec.barrier();
+                }
                 record_commands(&mut rec, recording, table)?;
-                rec.barrier();
             }
         }
         rec.barrier_to_host();
@@ -209,7 +214,12 @@ impl VulkanBackend {
     /// for its oldest).
     fn free_recorder(&self, state: &mut IssueState) -> Result<Recorder, Error> {
         if let Some(&(_, last)) = state.ring.front() {
-            let reached = last == 0 || self.timeline.value()? >= last;
+            // One driver query per pass over the ring at most: the value
+            // seen covers every command buffer submitted before it.
+            if last > state.reached {
+                state.reached = self.timeline.value()?;
+            }
+            let reached = last <= state.reached;
             if reached || state.ring.len() >= RING_MAX {
                 if !reached {
                     while !self.timeline.wait(last, 100_000_000)? {}

@@ -90,10 +90,20 @@ impl Drop for Completer {
 
 fn run(shared: &Shared, timeline: &Timeline, parker: &Parker) {
     let mut fifo: Completions<VulkanBackend> = shared.issued.take_all();
+    // A value the timeline was seen to have reached: the actions up to it
+    // complete with no driver call (one wait, then one query, per batch).
+    let mut seen = 0u64;
     loop {
         fifo.append(shared.issued.take_all());
         if let Some(work) = fifo.next() {
-            let reached = reach(timeline, work.payload().value);
+            let value = work.payload().value;
+            let reached = if value <= seen {
+                Ok(())
+            } else {
+                reach(timeline, value).inspect(|()| {
+                    seen = timeline.value().unwrap_or(value).max(value);
+                })
+            };
             // A panic out of a completion (a timepoint callback that
             // panicked while the action signalled; the action itself was
             // finished) is dropped: the thread goes on.
@@ -163,7 +173,10 @@ fn finish(mut work: Completion<VulkanBackend>, mut result: Result<(), Error>) {
         // and drops the last handle of its own finds the memory back in
         // the pool (a frame loop needs no more buffers than frames in
         // flight).
-        drop(std::mem::replace(&mut work.payload_mut().work, Work::Barrier));
+        drop(std::mem::replace(
+            &mut work.payload_mut().work,
+            Work::Barrier,
+        ));
     }
     work.complete(result);
 }

@@ -32,10 +32,13 @@ impl Semaphore {
     /// Records that a device event, once complete, brings this semaphore to
     /// `value` (the device-wait shortcut: a later device wait on `>= value`
     /// can wait on the event instead of the host). Keeps at most
-    /// [`DEVICE_SIGNALS`]; returns `false` (and drops `event`) when the
-    /// value is already reached, the semaphore failed, or the table is full
-    /// of values that are still useful: callers then simply wait on the
-    /// host.
+    /// [`DEVICE_SIGNALS`]: a full table gives up its smallest value for a
+    /// larger one (the next to be waited for in a chain submitted ahead,
+    /// where the smallest is the nearest to being reached; a wait that
+    /// already took an event keeps its own reference). Returns `false`
+    /// (and drops `event`) when the value is already reached, the
+    /// semaphore failed, or every value kept is larger: callers then
+    /// simply wait on the host.
     pub(crate) fn record_device_signal(&self, value: u64, event: AnyEvent) -> bool {
         let mut stale: Stale = Default::default();
         let recorded = {
@@ -47,9 +50,23 @@ impl Semaphore {
                 false
             } else {
                 prune(&mut device, current, &mut stale);
-                match device.iter_mut().find(|e| e.is_none()) {
-                    Some(slot) => {
-                        *slot = Some((value, event.clone()));
+                let slot = match device.iter().position(Option::is_none) {
+                    Some(free) => Some(free),
+                    // Full: the smallest value, if below this one.
+                    None => device
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, e)| e.as_ref().map(|(v, _)| (*v, i)))
+                        .min()
+                        .filter(|(v, _)| *v < value)
+                        .map(|(_, i)| i),
+                };
+                match slot {
+                    Some(i) => {
+                        let old = device[i].replace((value, event.clone()));
+                        // Slot `i` was not pruned (it holds a value): its
+                        // stale entry is free.
+                        stale[i] = old.map(|(_, e)| e);
                         true
                     }
                     None => false,
