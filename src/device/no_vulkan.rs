@@ -28,7 +28,7 @@ pub(crate) mod shared {
     pub(crate) use super::VulkanShared;
 }
 /// As above.
-pub(crate) mod staging {
+pub(crate) mod staged {
     pub(crate) use super::VulkanStaging;
 }
 /// As above.

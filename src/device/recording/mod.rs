@@ -24,7 +24,7 @@ use bumpalo::Bump;
 
 use super::cuda::graph::CudaGraph;
 use super::data::hold::Access;
-use super::vulkan::staging::VulkanStaging;
+use super::vulkan::staged::VulkanStaging;
 use super::Buffer;
 use crate::error::{Error, ErrorKind};
 use crate::list::SingleLinks;

@@ -33,7 +33,8 @@ pub(crate) mod driver;
 pub(crate) mod kernel;
 mod seam;
 pub(crate) mod shared;
-pub(crate) mod staging;
+pub(crate) mod staged;
+mod staging;
 mod transient;
 
 use std::sync::Arc;

@@ -10,14 +10,10 @@ use std::ops::Range;
 
 use super::driver::MappedBuffer;
 use super::shared::VulkanShared;
+use super::staged::VulkanStaging;
 use crate::device::recording::command::Command;
 use crate::device::recording::Recording;
 use crate::error::Error;
-
-/// A recording's staged bytes (see the module docs).
-pub(crate) struct VulkanStaging {
-    pub(crate) buffer: MappedBuffer,
-}
 
 /// How a fill is issued: `middle` (4-byte aligned) filled with `word`,
 /// `head` and `tail` (under 4 bytes each) copied from the staged bytes.
