@@ -21,6 +21,31 @@ use crate::sync::{Arc, Mutex, MutexGuard};
 use crate::semaphore::{Semaphore, Timeout};
 use crate::task::Executor;
 
+/// The drop of a device whose queues an issuer thread and per-queue
+/// completion threads serve (CUDA, Vulkan): frees the queues, and waits
+/// for their work to drain unless called from inside it (`inside`: an
+/// issue pass or a completion thread), where the last queue state to go
+/// finishes the teardown and the issuer thread exits on its own.
+#[cfg(any(feature = "cuda", feature = "vulkan"))]
+pub(crate) fn tear_down_threaded<B: crate::queue::Backend>(
+    queues: &mut Vec<crate::queue::PendingQueue<B>>,
+    issuer: Option<crate::queue::issuer::IssuerThread>,
+    teardown: &Teardown,
+    inside: bool,
+) {
+    queues.clear();
+    if inside {
+        // The queues may outlive this drop (the work running it): the
+        // issuer thread exits once the last of them is freed.
+        if let Some(t) = issuer {
+            t.detach();
+        }
+    } else {
+        teardown.wait_drained();
+        drop(issuer); // every queue freed: the thread exits; joined
+    }
+}
+
 /// Shared by a device and its queues' backends.
 pub(crate) struct Teardown {
     /// Queue states not freed yet.

@@ -14,6 +14,7 @@ use crate::device::data::hold::Life;
 use crate::device::recording::Recording;
 use crate::device::recording::Target;
 use crate::device::stats::DeviceStats;
+use crate::device::teardown::tear_down_threaded;
 use crate::device::work::Work;
 use crate::device::{Buffer, DeviceBackend};
 use crate::error::{Error, ErrorKind};
@@ -144,23 +145,11 @@ impl DeviceBackend for CudaDevice {
         2 * self.queues.len()
     }
 
-    /// The device's drop: frees the queues, and waits for their work to
-    /// drain unless called from inside it (an issue pass, a completion
-    /// thread), where the last queue state to go finishes the teardown.
+    /// The device's drop (`teardown::tear_down_threaded`).
     fn tear_down(&mut self) {
         let inside = crate::queue::in_issue_pass() || self.on_completion_thread();
-        self.queues.clear();
         let issuer = self.issuer.take();
-        if inside {
-            // The queues may outlive this drop (the work running it): the
-            // issuer thread exits once the last of them is freed.
-            if let Some(t) = issuer {
-                t.detach();
-            }
-        } else {
-            self.teardown.wait_drained();
-            drop(issuer); // every queue freed: the thread exits; joined
-        }
+        tear_down_threaded(&mut self.queues, issuer, &self.teardown, inside);
     }
 }
 

@@ -12,6 +12,7 @@ use crate::device::data::buffer::HostRef;
 use crate::device::data::host_mem::Mapped;
 use crate::device::recording::Target;
 use crate::device::stats::DeviceStats;
+use crate::device::teardown::tear_down_threaded;
 use crate::device::work::Work;
 use crate::device::{Buffer, DeviceBackend};
 use crate::error::{Error, ErrorKind};
@@ -106,17 +107,10 @@ impl DeviceBackend for VulkanDevice {
         2 * self.queues.len()
     }
 
+    /// The device's drop (`teardown::tear_down_threaded`).
     fn tear_down(&mut self) {
         let inside = crate::queue::in_issue_pass() || self.on_completion_thread();
-        self.queues.clear();
         let issuer = self.issuer.take();
-        if inside {
-            if let Some(t) = issuer {
-                t.detach();
-            }
-        } else {
-            self.teardown.wait_drained();
-            drop(issuer);
-        }
+        tear_down_threaded(&mut self.queues, issuer, &self.teardown, inside);
     }
 }
