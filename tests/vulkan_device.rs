@@ -450,3 +450,48 @@ fn a_producer_failing_after_submission_fails_its_gpu_waiting_dependent_kind_kept
     tmp.write(0, &[1]).unwrap();
     vulkan::assert_no_messages();
 }
+
+// Catches: a semaphore a Vulkan action signals behaving otherwise than
+// one the host signals: `query`, `wait_async`, and a failure (kind kept)
+// seen through them.
+#[test]
+fn a_semaphore_signalled_by_vulkan_work_behaves_as_any_other() {
+    use std::future::Future;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    fn block_on<F: Future>(f: F) -> F::Output {
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut Context::from_waker(&waker)) {
+                return v;
+            }
+            std::thread::park_timeout(Duration::from_millis(10));
+        }
+    }
+    let Some(d) = vulkan::device(2) else { return };
+    let (q0, q1) = (d.queue(0).unwrap(), d.queue(1).unwrap());
+    let b = d.buffer(4).unwrap();
+    let mut cb = d.command_buffer().unwrap();
+    cb.fill(&b, 0, 4, &[3]).unwrap();
+    cb.end().unwrap();
+    let (gate, s) = (Semaphore::new(0), Semaphore::new(0));
+    q0.execute(&[(&gate, 1)], &[(&s, 5)], &[&cb]).unwrap();
+    assert_eq!(s.query().unwrap(), 0);
+    gate.signal(1).unwrap();
+    block_on(s.wait_async(5)).unwrap();
+    assert_eq!(s.query().unwrap(), 5);
+    // A failure flows through a Vulkan action, kind kept, to an async wait.
+    let t = Semaphore::new(0);
+    q1.execute(&[(&gate, 2)], &[(&t, 1)], &[&cb]).unwrap();
+    gate.fail(fenceline::Error::new(ErrorKind::Aborted, "upstream"));
+    let e = block_on(t.wait_async(1)).unwrap_err();
+    assert_eq!((e.kind(), e.message()), (ErrorKind::Aborted, "upstream"));
+    vulkan::assert_no_messages();
+}
