@@ -330,7 +330,9 @@ impl Device {
     /// the device recycles (see [`CommandBuffer`]'s memory section). Its
     /// submissions launch one prebuilt CUDA graph on a CUDA device (built
     /// by [`end`](CommandBuffer::end)): made for command buffers submitted
-    /// many times.
+    /// many times. On a Vulkan device each submission records its commands
+    /// into a command buffer of the queue's ring (with the submission's
+    /// binding table), and `end` stages the bytes of its updates.
     ///
     /// # Errors
     ///
@@ -362,9 +364,9 @@ impl Device {
     /// and each submission issues the recorded commands on the queue's
     /// stream directly, in order (as IREE's stream command buffer does).
     /// It may still be submitted again: each submission issues every
-    /// command again. On the CPU device it is the same as
+    /// command again. On the CPU and Vulkan devices it is the same as
     /// [`command_buffer`](Self::command_buffer) (nothing is instantiated
-    /// there).
+    /// there: a Vulkan submission records its commands at issue).
     ///
     /// # Errors
     ///
