@@ -495,3 +495,46 @@ fn a_semaphore_signalled_by_vulkan_work_behaves_as_any_other() {
     assert_eq!((e.kind(), e.message()), (ErrorKind::Aborted, "upstream"));
     vulkan::assert_no_messages();
 }
+
+/// `out[0] = arrayLength(&data)`; every word of `data` set to 7.
+const LENGTH: &str = r#"
+@group(0) @binding(0) var<storage, read_write> data: array<u32>;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x == 0u) {
+        out[0] = arrayLength(&data);
+    }
+    if (id.x < 64u) {
+        data[id.x] = 7u;
+    }
+}
+"#;
+
+// Catches: a kernel bound to the memory behind a pooled buffer rather than
+// the buffer itself (an alloca of 100 bytes sits in 256): it would see 64
+// words, and write past the buffer's end. Mutation checked: the descriptor's range
+// `vk::WHOLE_SIZE` (as before): `arrayLength` 64.
+#[test]
+fn a_kernel_sees_a_pooled_buffers_length_not_its_memorys() {
+    let Some(d) = vulkan::device(1) else { return };
+    let q = d.queue(0).unwrap();
+    let k = load(&d, LENGTH, 2, 0);
+    let s = Semaphore::new(0);
+    let tmp = q.alloca(&[], &[(&s, 1)], 100).unwrap();
+    let out = d.buffer(4).unwrap();
+    let mut cb = d.command_buffer().unwrap();
+    cb.dispatch_spirv(
+        &k,
+        [1, 1, 1],
+        &[SpirvBinding::Buffer(&tmp), SpirvBinding::Buffer(&out)],
+        &[],
+    )
+    .unwrap();
+    cb.end().unwrap();
+    q.execute(&[(&s, 1)], &[(&s, 2)], &[&cb]).unwrap();
+    s.wait(2, LONG).unwrap();
+    assert_eq!(words(&out, 1), [25], "100 bytes: 25 words");
+    assert_eq!(words(&tmp, 25), [7; 25]);
+    vulkan::assert_no_messages();
+}

@@ -240,7 +240,10 @@ fn record_commands(
     recording: &Recording,
     table: Option<&SlotTable>,
 ) -> Result<(), Error> {
-    let staged = recording.staged.as_ref().map(|s| s.buffer.raw);
+    let staged = recording
+        .staged
+        .as_ref()
+        .map(|s| (s.buffer.raw, s.buffer.len));
     let mut at = 0usize;
     for (i, stage) in recording.stages().enumerate() {
         if i > 0 {
@@ -255,19 +258,20 @@ fn record_commands(
     Ok(())
 }
 
-fn raw(buffer: &crate::device::Buffer) -> Result<vk::Buffer, Error> {
+/// A fenceline buffer's `VkBuffer` and length.
+fn raw(buffer: &crate::device::Buffer) -> Result<(vk::Buffer, usize), Error> {
     use ash::vk::Handle;
     buffer
         .host()
         .and_then(|m| m.mapped_handle())
-        .map(vk::Buffer::from_raw)
+        .map(|h| (vk::Buffer::from_raw(h), buffer.len()))
         .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "a buffer of another device"))
 }
 
 fn record_command(
     rec: &mut Recorder,
     command: &Command,
-    staged: Option<vk::Buffer>,
+    staged: Option<(vk::Buffer, usize)>,
     at: usize,
     table: Option<&SlotTable>,
 ) -> Result<(), Error> {
@@ -314,7 +318,7 @@ fn record_command(
             }
         }
         Command::Spirv(d) => {
-            let mut buffers = [vk::Buffer::null(); super::driver::MAX_DISPATCH_BUFFERS];
+            let mut buffers = [(vk::Buffer::null(), 0); super::driver::MAX_DISPATCH_BUFFERS];
             let mut n = 0;
             for b in d.bindings() {
                 buffers[n] = match b {

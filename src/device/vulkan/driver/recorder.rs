@@ -8,14 +8,22 @@ use super::{internal, Gpu, MappedBuffer, Pipeline, Timeline, MAX_DISPATCH_BUFFER
 use crate::error::{Error, ErrorKind};
 
 /// What names a `VkBuffer` for a recorded command: a [`MappedBuffer`],
-/// or the handle itself (a fenceline buffer's, `HostMem::mapped_handle`).
+/// or the handle itself (a fenceline buffer's, `HostMem::mapped_handle`)
+/// with the buffer's length.
 pub(crate) trait RawBuffer {
     fn raw(&self) -> vk::Buffer;
+    /// Bytes a kernel sees (`arrayLength`, and where `robustBufferAccess`
+    /// bounds its accesses): the buffer's length, which for a pooled
+    /// buffer is less than the memory behind it.
+    fn len(&self) -> usize;
 }
 
 impl RawBuffer for MappedBuffer {
     fn raw(&self) -> vk::Buffer {
         self.raw
+    }
+    fn len(&self) -> usize {
+        self.len
     }
 }
 
@@ -23,11 +31,17 @@ impl<T: RawBuffer + ?Sized> RawBuffer for &T {
     fn raw(&self) -> vk::Buffer {
         (**self).raw()
     }
+    fn len(&self) -> usize {
+        (**self).len()
+    }
 }
 
-impl RawBuffer for vk::Buffer {
+impl RawBuffer for (vk::Buffer, usize) {
     fn raw(&self) -> vk::Buffer {
-        *self
+        self.0
+    }
+    fn len(&self) -> usize {
+        self.1
     }
 }
 
@@ -161,7 +175,7 @@ impl Recorder {
             info[0] = vk::DescriptorBufferInfo::default()
                 .buffer(b.raw())
                 .offset(0)
-                .range(vk::WHOLE_SIZE);
+                .range(b.len() as u64);
         }
         let mut writes = [vk::WriteDescriptorSet::default(); MAX_DISPATCH_BUFFERS];
         for (i, (write, info)) in writes.iter_mut().zip(&infos).enumerate() {
