@@ -201,6 +201,27 @@ pub fn vulkan_validation_messages() -> Vec<String> {
     crate::device::vulkan::driver::validation_messages()
 }
 
+/// A probe of a Vulkan device's timeline semaphores not destroyed yet,
+/// which outlives the device (feature `vulkan`; `None` on other devices).
+#[cfg(feature = "vulkan")]
+pub trait VulkanInternals {
+    /// Counts the device's live timeline semaphores when called.
+    fn vulkan_live_timelines(&self) -> Option<Box<dyn Fn() -> usize + Send>>;
+}
+
+#[cfg(feature = "vulkan")]
+impl VulkanInternals for crate::Device {
+    fn vulkan_live_timelines(&self) -> Option<Box<dyn Fn() -> usize + Send>> {
+        self.vulkan_gpu().map(|gpu| {
+            let probe = move || {
+                gpu.live_timelines
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            };
+            Box::new(probe) as Box<dyn Fn() -> usize + Send>
+        })
+    }
+}
+
 /// The CUDA stream priorities the driver reports (feature `cuda`).
 #[cfg(feature = "cuda")]
 pub trait CudaInternals {

@@ -538,3 +538,55 @@ fn a_kernel_sees_a_pooled_buffers_length_not_its_memorys() {
     assert_eq!(words(&tmp, 25), [7; 25]);
     vulkan::assert_no_messages();
 }
+
+// Catches: a queue's timeline semaphore destroyed, when the queue is
+// freed, while another queue's submission that waits on it still runs
+// (Vulkan forbids it; the point a GPU wait uses holds the timeline).
+// Mutation checked: the point keeping no reference (`Point::set` without
+// `keep`): lavapipe crashes (SIGSEGV) once queue 0's semaphore is
+// destroyed under the pending wait. (The validation layer does not report
+// it.)
+#[test]
+fn a_queue_freed_before_the_gpu_work_waiting_on_it_keeps_its_semaphore() {
+    use fenceline::testing::VulkanInternals;
+    let Some(d) = vulkan::device(2) else { return };
+    let live = d.vulkan_live_timelines().unwrap();
+    assert_eq!(live(), 2, "one timeline a queue");
+    let (q0, q1) = (d.queue(0).unwrap(), d.queue(1).unwrap());
+    let (x, y, z) = (
+        d.buffer(8).unwrap(),
+        d.buffer(8).unwrap(),
+        d.buffer(4).unwrap(),
+    );
+    let first = spin(&d, &x, 1_000);
+    let mut produce = d.command_buffer().unwrap();
+    produce.fill(&z, 0, 4, &[1]).unwrap();
+    produce.end().unwrap();
+    let consume = spin(&d, &y, 10_000);
+    let (a, b) = (Semaphore::new(0), Semaphore::new(0));
+    q0.execute(&[], &[], &[&first]).unwrap();
+    until_held(&x);
+    // Issued at once (published), completed only after the spin ahead of
+    // it: the consumer finds its point and waits on the GPU.
+    q0.execute(&[], &[(&a, 1)], &[&produce]).unwrap();
+    until_held(&z);
+    q1.execute(&[(&a, 1)], &[(&b, 1)], &[&consume]).unwrap();
+    until_held(&y);
+    assert!(d.stats().device_waits >= 1);
+    // Everything freed while the consumer runs: queue 0's state goes as
+    // soon as its last action completes.
+    drop((q0, q1, d, first, produce, consume));
+    a.wait(1, LONG).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    if y.write(0, &[0]).is_err() {
+        // The consumer still runs (it holds `y`): queue 0's timeline is
+        // kept for it.
+        assert_eq!(
+            live(),
+            2,
+            "queue 0's timeline destroyed under a pending wait"
+        );
+    }
+    b.wait(1, LONG).unwrap();
+    vulkan::assert_no_messages();
+}

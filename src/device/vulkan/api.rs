@@ -143,6 +143,17 @@ impl Device {
     }
 }
 
+#[cfg(feature = "testing")]
+impl Device {
+    /// The Vulkan device's logical device (for the testing gate).
+    pub(crate) fn vulkan_gpu(&self) -> Option<Arc<super::driver::Gpu>> {
+        match &*self.inner {
+            DeviceInner::Vulkan(d) => Some(d.shared.gpu.clone()),
+            _ => None,
+        }
+    }
+}
+
 fn invalid(message: String) -> Error {
     Error::new(ErrorKind::InvalidArgument, message)
 }

@@ -170,7 +170,7 @@ impl VulkanBackend {
             for (sem, v) in work.signals() {
                 // Pool exhausted: no shortcut (the value is met on the host).
                 if let Ok(point) = self.shared.points.acquire() {
-                    point.event().set(self.timeline.raw, value);
+                    point.event().set(&self.timeline, value);
                     // Published only now that its submission is made: a
                     // GPU wait never waits for a value nothing will signal.
                     sem.record_device_signal(v, point.erase());

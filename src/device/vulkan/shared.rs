@@ -1,11 +1,11 @@
 //! What a Vulkan device's queues, buffers and recordings share.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
 
-use super::driver::Gpu;
+use super::driver::{Gpu, Timeline};
 use super::transient::TransientPool;
 use crate::semaphore::EventPool;
 
@@ -15,19 +15,33 @@ use crate::semaphore::EventPool;
 /// pool's handle, counted), written by the producing queue's issuer before
 /// it is published (the semaphore's device-signal lock orders the writes
 /// before any reader's loads, hence `Relaxed`).
+///
+/// It also holds the timeline (a counted reference, `keep`): every action
+/// that waits for the point holds the point until it completes, so the
+/// producing queue's semaphore outlives every submission that waits on it
+/// (Vulkan forbids destroying a semaphore a pending batch refers to), even
+/// when that queue is freed first.
 #[derive(Default)]
 pub(crate) struct Point {
     semaphore: AtomicU64,
     value: AtomicU64,
+    /// `Arc::into_raw` of the timeline, or null.
+    keep: AtomicPtr<Timeline>,
 }
 
 impl Point {
-    /// Sets the point: done by the issuer that acquired it, before it is
-    /// published.
-    pub(crate) fn set(&self, semaphore: vk::Semaphore, value: u64) {
+    /// Sets the point: done by the issuer that acquired it (the pool's
+    /// only handle to it), before it is published.
+    pub(crate) fn set(&self, timeline: &Arc<Timeline>, value: u64) {
         use ash::vk::Handle;
-        self.semaphore.store(semaphore.as_raw(), Ordering::Relaxed);
+        self.semaphore
+            .store(timeline.raw.as_raw(), Ordering::Relaxed);
         self.value.store(value, Ordering::Relaxed);
+        let new = Arc::into_raw(timeline.clone()).cast_mut();
+        // Relaxed: the point is its acquirer's alone here (see above); the
+        // swap only moves the reference.
+        let old = self.keep.swap(new, Ordering::Relaxed);
+        release(old);
     }
 
     /// The wait a submission makes for it.
@@ -39,6 +53,21 @@ impl Point {
             ))
             .value(self.value.load(Ordering::Relaxed))
             .stage_mask(vk::PipelineStageFlags2::ALL_COMMANDS)
+    }
+}
+
+impl Drop for Point {
+    fn drop(&mut self) {
+        release(*self.keep.get_mut());
+    }
+}
+
+/// Drops a reference `Point::set` kept (null: none).
+fn release(kept: *mut Timeline) {
+    if !kept.is_null() {
+        // SAFETY: made by `Arc::into_raw` in `set`, taken back once (it
+        // was swapped out of, or dropped with, its point).
+        drop(unsafe { Arc::from_raw(kept.cast_const()) });
     }
 }
 

@@ -21,6 +21,9 @@ pub(crate) struct Gpu {
     /// `VK_KHR_push_descriptor`: a dispatch's buffers are pushed into its
     /// command buffer, with no descriptor set to allocate.
     pub(crate) push: ash::khr::push_descriptor::Device,
+    /// Timeline semaphores of this device not destroyed yet (tests).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) live_timelines: std::sync::atomic::AtomicUsize,
     // Last: the device is destroyed (in `Drop`) before the instance.
     pub(crate) instance: Arc<Instance>,
 }
@@ -143,6 +146,8 @@ impl Gpu {
             queues,
             name,
             push,
+            #[cfg(any(test, feature = "testing"))]
+            live_timelines: Default::default(),
             instance: instance.clone(),
         })
     }

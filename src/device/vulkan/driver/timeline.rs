@@ -24,6 +24,9 @@ impl Timeline {
         // SAFETY: a live device; `info` lives for the call.
         let raw = unsafe { gpu.device.create_semaphore(&info, None) }
             .map_err(|r| internal("vkCreateSemaphore", r))?;
+        #[cfg(any(test, feature = "testing"))]
+        gpu.live_timelines
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Timeline {
             gpu: gpu.clone(),
             raw,
@@ -70,6 +73,10 @@ impl Drop for Timeline {
         // SAFETY: made on this device, destroyed once; its users wait for
         // the submissions that use it before dropping it.
         unsafe { self.gpu.device.destroy_semaphore(self.raw, None) };
+        #[cfg(any(test, feature = "testing"))]
+        self.gpu
+            .live_timelines
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
