@@ -33,6 +33,9 @@ use crate::task::Priority;
 /// Most command buffers a queue keeps in flight; past it, issue waits on
 /// the host for the oldest (the queue is that far ahead of its GPU).
 const RING_MAX: usize = 256;
+/// Command buffers a queue makes when it is made: up to this many
+/// submissions in flight, issue never makes one (nor allocates).
+pub(crate) const RING_PREFILL: usize = 16;
 
 /// A Vulkan action's payload: its work and the timeline value its
 /// submission signals (0: not submitted).
@@ -84,6 +87,10 @@ impl VulkanBackend {
         token: QueueToken,
     ) -> Result<VulkanBackend, Error> {
         let timeline = Arc::new(Timeline::new(&shared.gpu, 0)?);
+        let mut ring = VecDeque::with_capacity(RING_MAX);
+        for _ in 0..RING_PREFILL {
+            ring.push_back((Recorder::new(&shared.gpu)?, 0));
+        }
         let completer = Completer::start(timeline.clone(), index)?;
         Ok(VulkanBackend {
             shared: shared.clone(),
@@ -91,7 +98,7 @@ impl VulkanBackend {
             issue: Mutex::new(IssueState {
                 submitted: 0,
                 reached: 0,
-                ring: VecDeque::with_capacity(RING_MAX),
+                ring,
             }),
             timeline,
             hardware: index % shared.hardware_queues(),
