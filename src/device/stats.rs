@@ -43,10 +43,11 @@ pub struct DeviceStats {
     /// [`Backend::wants_turn`](crate::queue::Backend::wants_turn)).
     pub issuer_hand_offs: u64,
     /// Events the device created (CUDA device: each created once, then
-    /// reused; 0 on the CPU device).
+    /// reused; Vulkan device: the timeline points it publishes, pooled the
+    /// same way; 0 on the CPU device).
     pub events_created: u64,
-    /// Waits met on the GPU (CUDA device: the device-wait shortcut; 0 on
-    /// the CPU device).
+    /// Waits met on the GPU (CUDA device: the device-wait shortcut; Vulkan
+    /// device: timeline waits in a submission; 0 on the CPU device).
     pub device_waits: u64,
 }
 
