@@ -175,8 +175,9 @@ fn submissions_allocate_nothing_once_warm() {
     // the last handle dropped: seen here by a waker, which runs on the
     // completion thread inside the signal, drops the last handle and
     // allocas again at once (one buffer of this size in the pool).
-    // Mutation checked: the action's buffer handle dropped after its
-    // signals: the alloca in the waker allocates, every run.
+    // Mutation checked: `work::release_held` leaving an alloca's or
+    // dealloca's handle in the action (dropped after its signals): the
+    // alloca in the waker allocates, every run.
     struct Again {
         tmp: Mutex<Option<fenceline::Buffer>>,
         next: Mutex<Option<fenceline::Buffer>>,

@@ -213,9 +213,12 @@ pub(crate) fn dealloca_ran(buffer: &Buffer) -> Result<(), Error> {
     })
 }
 
-/// Gives back a finished submission's command buffers before it signals,
-/// so that whoever sees the signal finds the recordings released (a frame
-/// loop then needs no more recordings than frames in flight).
+/// Gives back what a finished action holds before it signals: an
+/// execute's buffer holds and command buffers, an alloca's or dealloca's
+/// buffer handle. Whoever sees the signal then finds the buffers free and
+/// the recordings released, and, its own handles dropped, an alloca's
+/// memory back in its pool: a frame loop needs no more recordings or
+/// buffers than frames in flight.
 ///
 /// If this releases the last reference to a recording, its captures are
 /// dropped here; a capture whose `Drop` panics is caught and the panic
@@ -225,7 +228,7 @@ pub(crate) fn dealloca_ran(buffer: &Buffer) -> Result<(), Error> {
 /// Errors: `Internal` if a hold word had no such hold to give back (the
 /// caller fails the action with it: never a silent wrap of the word).
 #[must_use = "a broken hold word fails the action"]
-pub(crate) fn release_recordings(work: &mut Work) -> Result<(), Error> {
+pub(crate) fn release_held(work: &mut Work) -> Result<(), Error> {
     let mut broken = Ok(());
     if let Work::Execute { held: true, .. } = work {
         // The holds first: whoever sees the signal finds the buffers free.
@@ -238,9 +241,9 @@ pub(crate) fn release_recordings(work: &mut Work) -> Result<(), Error> {
             true
         });
     }
-    if let Work::Execute { .. } = work {
-        let recordings = std::mem::replace(work, Work::Barrier);
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(recordings)));
+    if let Work::Execute { .. } | Work::Alloca(_) | Work::Dealloca(_) = work {
+        let held = std::mem::replace(work, Work::Barrier);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(held)));
     }
     broken
 }

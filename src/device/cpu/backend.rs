@@ -214,11 +214,11 @@ impl CpuBackend {
         let finally = move |_| {
             let slots = Recorded(work.get().payload().slot_views());
             // SAFETY: the command lives in a recording that `work` holds
-            // until `release_recordings` below, and the action holds its
+            // until `release_held` below, and the action holds its
             // buffers until then (`take_holds`).
             let result = crate::unwind::guarded(|| unsafe { run_alone(command, slots) });
             let mut work = work.into_inner();
-            let released = crate::device::work::release_recordings(work.payload_mut());
+            let released = crate::device::work::release_held(work.payload_mut());
             // The completion signals, and a queue it readies issues here:
             // that action's first task hops onto this worker.
             let _hop = crate::task::Hop::enter();
@@ -243,7 +243,7 @@ impl CpuBackend {
         // signals; a conflict with a running action fails this one.
         if let Err(e) = crate::device::work::take_holds(work.payload_mut()) {
             // No hold is held here: nothing to give back can fail.
-            let _ = crate::device::work::release_recordings(work.payload_mut());
+            let _ = crate::device::work::release_held(work.payload_mut());
             return work.complete(Err(e));
         }
         // From here every way out gives the holds back before the signals.
@@ -269,7 +269,7 @@ impl CpuBackend {
             let _ = finish_scope.take_error();
             backend.free_scopes.push(finish_scope.into_handle());
             let mut work = work.into_inner();
-            let released = crate::device::work::release_recordings(work.payload_mut());
+            let released = crate::device::work::release_held(work.payload_mut());
             // The completion signals, and a queue it readies issues here:
             // that action's first tasks hop onto this worker (no injector,
             // no wake-up). Completing runs no user code and never waits.
@@ -324,7 +324,7 @@ fn join_fault() -> bool {
 
 /// An issued execute's completion, which gives the action's buffer holds
 /// and command buffers back before the action signals: when it completes
-/// ([`into_inner`](Self::into_inner), then `release_recordings`), or, if
+/// ([`into_inner`](Self::into_inner), then `release_held`), or, if
 /// it is dropped unrun (its graph could not be built), here, before the
 /// completion's drop fails the signals.
 struct Finishing(Option<Completion<CpuBackend>>);
@@ -349,7 +349,7 @@ impl Drop for Finishing {
     fn drop(&mut self) {
         if let Some(mut work) = self.0.take() {
             // The completion's drop fails the signals (`Internal`) anyway.
-            let _ = crate::device::work::release_recordings(work.payload_mut());
+            let _ = crate::device::work::release_held(work.payload_mut());
         }
     }
 }
@@ -530,14 +530,13 @@ impl Backend for CpuBackend {
             Work::HostCall(_) => self.issue_host_call(work),
             Work::Alloca(_) | Work::Dealloca(_) => {
                 let mut work = work;
-                // The payload's handle goes before the signal: whoever sees
-                // a dealloca's signal (with its own handles dropped) finds
-                // the memory back in the pool.
-                let r = match std::mem::replace(work.payload_mut(), Work::Barrier) {
-                    Work::Alloca(buffer) => super::work::alloca_ran(&buffer),
-                    Work::Dealloca(buffer) => super::work::dealloca_ran(&buffer),
+                let r = match work.payload() {
+                    Work::Alloca(buffer) => super::work::alloca_ran(buffer),
+                    Work::Dealloca(buffer) => super::work::dealloca_ran(buffer),
                     _ => unreachable!("matched above"),
                 };
+                // The handle goes before the signal (no hold to give back).
+                let _ = super::work::release_held(work.payload_mut());
                 work.complete(r)
             }
             Work::Execute { .. } => self.issue_execute(work),

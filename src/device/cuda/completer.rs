@@ -333,7 +333,7 @@ fn finish(shared: &CompleterShared, stream: &Stream, mut work: Completion<CudaBa
             .find_map(|(s, v)| s.signal_at_least(v).err())
             .map_or(Ok(()), Err);
     }
-    if let Err(e) = crate::device::work::release_recordings(&mut work.payload_mut().work) {
+    if let Err(e) = crate::device::work::release_held(&mut work.payload_mut().work) {
         result = result.and(Err(e));
     }
     // A dependent that waited on this action on the GPU may have completed

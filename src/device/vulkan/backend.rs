@@ -361,8 +361,7 @@ impl Backend for VulkanBackend {
             Ok(()) => self.completer.submit(work),
             Err(e) => {
                 // Holds taken are given back with the recordings.
-                let released =
-                    crate::device::work::release_recordings(&mut work.payload_mut().work);
+                let released = crate::device::work::release_held(&mut work.payload_mut().work);
                 work.complete(Err(released.err().unwrap_or(e)));
             }
         }

@@ -165,18 +165,8 @@ fn finish(mut work: Completion<VulkanBackend>, mut result: Result<(), Error>) {
             result = crate::device::work::dealloca_ran(buffer);
         }
     }
-    if let Err(e) = crate::device::work::release_recordings(&mut work.payload_mut().work) {
+    if let Err(e) = crate::device::work::release_held(&mut work.payload_mut().work) {
         result = result.and(Err(e));
-    }
-    if let Work::Alloca(_) | Work::Dealloca(_) = work.payload().work {
-        // The buffer's handle goes before the signals: whoever sees them
-        // and drops the last handle of its own finds the memory back in
-        // the pool (a frame loop needs no more buffers than frames in
-        // flight).
-        drop(std::mem::replace(
-            &mut work.payload_mut().work,
-            Work::Barrier,
-        ));
     }
     work.complete(result);
 }
