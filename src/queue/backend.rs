@@ -157,6 +157,18 @@ impl<B: Backend> IssueTurn<B> {
     pub(crate) unsafe fn from_raw(shared: NonNull<QueueState<B>>) -> IssueTurn<B> {
         IssueTurn { shared }
     }
+
+    /// Runs a turn a device's thread took from a turn cell: the device's
+    /// turn runner (`TurnRunner`) for queues of backend `B`.
+    ///
+    /// # Safety
+    /// `turn` is an `IssueTurn<B>` made a pointer by
+    /// [`into_raw`](Self::into_raw) (in `hand_off_turn`), taken from its
+    /// cell once.
+    pub(crate) unsafe fn run_raw(turn: NonNull<()>) {
+        // SAFETY: the caller's contract: the pointer `into_raw` made, once.
+        unsafe { IssueTurn::<B>::from_raw(turn.cast()) }.run();
+    }
 }
 
 impl<B: Backend> Drop for IssueTurn<B> {

@@ -97,7 +97,7 @@ impl Drop for CpuBackend {
 
 impl CpuBackend {
     /// Queue `turn_cell`'s backend (its cell among the executor's
-    /// issuer-turn cells, which run [`run_turn`]).
+    /// issuer-turn cells, which run `IssueTurn::run_raw`).
     pub(crate) fn new(
         exec: Arc<ExecutorState>,
         turn_cell: usize,
@@ -462,17 +462,6 @@ unsafe fn run_alone(
     }
 }
 
-/// Runs a CPU queue's issuer turn taken from the executor's turn cells (the
-/// device's turn runner, `TurnRunner`).
-///
-/// # Safety
-/// `turn` is an [`IssueTurn<CpuBackend>`] made a pointer by
-/// `hand_off_turn`, offered and taken from its cell once.
-pub(crate) unsafe fn run_turn(turn: std::ptr::NonNull<()>) {
-    // SAFETY: the caller's contract: the pointer `into_raw` made, once.
-    unsafe { IssueTurn::<CpuBackend>::from_raw(turn.cast()) }.run();
-}
-
 /// A recorded dispatch's closure and its tile loop, as the executor runs
 /// it: one indirect call per claimed range of tiles, none per tile; and
 /// the submission's binding table (null: none).
@@ -564,7 +553,7 @@ impl Backend for CpuBackend {
             Err(back) => match &self.issuer {
                 Some(issuer) => {
                     // SAFETY: a turn of this queue, given up; the thread's
-                    // runner (`run_turn`) takes it back once.
+                    // runner (`IssueTurn::run_raw`) takes it back once.
                     unsafe { issuer.offer(self.turn_cell, back) };
                     Ok(())
                 }

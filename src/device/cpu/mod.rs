@@ -18,7 +18,7 @@ use super::work::{self, Work};
 use super::{Buffer, DeviceBackend, DeviceStats};
 use crate::error::{Error, ErrorKind};
 use crate::queue::issuer::IssuerThread;
-use crate::queue::PendingQueue;
+use crate::queue::{IssueTurn, PendingQueue};
 use crate::semaphore::Semaphore;
 use crate::sync::atomic::Ordering;
 use crate::task::priority as priorities;
@@ -80,7 +80,7 @@ impl CpuDevice {
                 spin: config.spin,
             },
             config.queues,
-            backend::run_turn,
+            IssueTurn::<CpuBackend>::run_raw,
             priorities::several(priorities, config.queues),
         )?;
         let teardown = Teardown::new(config.queues);
@@ -89,8 +89,11 @@ impl CpuDevice {
         let (issuer_thread, issuer) = if cfg!(fenceline_loom) {
             (None, None)
         } else {
-            let (t, i) =
-                IssuerThread::start("fenceline-cpu-issuer", config.queues, backend::run_turn)?;
+            let (t, i) = IssuerThread::start(
+                "fenceline-cpu-issuer",
+                config.queues,
+                IssueTurn::<CpuBackend>::run_raw,
+            )?;
             (Some(t), Some(i))
         };
         let queues = (0..config.queues)

@@ -232,7 +232,7 @@ impl Backend for CudaBackend {
     /// host calls run on the completion threads).
     fn hand_off_turn(&self, turn: IssueTurn<Self>) -> Result<(), IssueTurn<Self>> {
         // SAFETY: a turn of this queue, given up; the thread's runner
-        // (`run_turn`) takes it back once.
+        // (`IssueTurn::run_raw`) takes it back once.
         unsafe { self.issuer.offer(self.index, turn.into_raw().cast()) };
         Ok(())
     }
@@ -245,16 +245,6 @@ impl Backend for CudaBackend {
         self.shared.events.event_of(&event)?;
         Some(event)
     }
-}
-
-/// Runs a CUDA queue's turn taken from the issuer thread's slot.
-///
-/// # Safety
-/// `turn` is an [`IssueTurn<CudaBackend>`] made a pointer by
-/// `hand_off_turn`, offered and taken from its slot once.
-pub(crate) unsafe fn run_turn(turn: std::ptr::NonNull<()>) {
-    // SAFETY: the caller's contract: the pointer `into_raw` made, once.
-    unsafe { IssueTurn::<CudaBackend>::from_raw(turn.cast()) }.run();
 }
 
 impl Drop for CudaBackend {

@@ -41,7 +41,7 @@ pub(crate) use backend::{CudaBackend, CudaPayload};
 use super::teardown::Teardown;
 use crate::error::{Error, ErrorKind};
 use crate::queue::issuer::IssuerThread;
-use crate::queue::PendingQueue;
+use crate::queue::{IssueTurn, PendingQueue};
 use crate::semaphore::EventPool;
 use crate::task::priority as priorities;
 use crate::task::Priority;
@@ -135,8 +135,11 @@ impl CudaDevice {
             handles: Arc::new(HandlePool::new()?),
         });
         let range = StreamPriorities::of(&shared.ctx)?;
-        let (thread, issuer) =
-            IssuerThread::start("fenceline-cuda-issuer", config.queues, backend::run_turn)?;
+        let (thread, issuer) = IssuerThread::start(
+            "fenceline-cuda-issuer",
+            config.queues,
+            IssueTurn::<CudaBackend>::run_raw,
+        )?;
         let teardown = Teardown::new(config.queues);
         let queues = (0..config.queues)
             .map(|i| {

@@ -46,7 +46,7 @@ pub(crate) use backend::{VulkanBackend, VulkanPayload};
 use super::teardown::Teardown;
 use crate::error::{Error, ErrorKind};
 use crate::queue::issuer::IssuerThread;
-use crate::queue::PendingQueue;
+use crate::queue::{IssueTurn, PendingQueue};
 use crate::task::priority as priorities;
 use crate::task::Priority;
 use driver::{Gpu, Instance, InstanceConfig};
@@ -135,8 +135,11 @@ impl VulkanDevice {
             .collect();
         let gpu = Arc::new(Gpu::new(&instance, index, &levels)?);
         let shared = Arc::new(VulkanShared::new(gpu, config.points)?);
-        let (thread, issuer) =
-            IssuerThread::start("fenceline-vk-issuer", config.queues, backend::run_turn)?;
+        let (thread, issuer) = IssuerThread::start(
+            "fenceline-vk-issuer",
+            config.queues,
+            IssueTurn::<VulkanBackend>::run_raw,
+        )?;
         let teardown = Teardown::new(config.queues);
         let queues = (0..config.queues)
             .map(|i| {
