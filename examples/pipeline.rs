@@ -168,6 +168,60 @@ fn finish_trace(device: &Device, path: Option<&str>) -> Result<(), Error> {
     Ok(())
 }
 
+/// The semaphores that chain a frame's stages: `alloc` orders the allocas,
+/// `blurred` and `counted` the dispatches, `freed` the deallocas (a frame
+/// is done when its dealloca ran).
+struct Chain {
+    alloc: Semaphore,
+    blurred: Semaphore,
+    counted: Semaphore,
+    freed: Semaphore,
+}
+
+impl Chain {
+    fn new() -> Chain {
+        let [alloc, blurred, counted, freed] = [0; 4].map(Semaphore::new);
+        Chain {
+            alloc,
+            blurred,
+            counted,
+            freed,
+        }
+    }
+}
+
+/// Frame `f`'s four submissions, the same on every device: an alloca on
+/// `q0`, the blur into it on `q1`, the statistics on `q0`, the dealloca on
+/// `q0`, each dispatch recorded once and given the frame's buffers through
+/// its binding table.
+fn submit_frame(
+    f: u64,
+    [q0, q1]: [&fenceline::Queue; 2],
+    c: &Chain,
+    [blur, statistics]: [&fenceline::CommandBuffer; 2],
+    source: &fenceline::Buffer,
+    stats: &fenceline::Buffer,
+) -> Result<(), Error> {
+    let tmp = q0.alloca(&[(&c.alloc, f - 1)], &[(&c.alloc, f)], IMAGE_BYTES)?;
+    q1.execute_with(
+        &[(&c.alloc, f), (&c.blurred, f - 1)],
+        &[(&c.blurred, f)],
+        &[blur],
+        &[source, &tmp],
+    )?;
+    q0.execute_with(
+        &[(&c.blurred, f), (&c.counted, f - 1)],
+        &[(&c.counted, f)],
+        &[statistics],
+        &[&tmp, stats],
+    )?;
+    q0.dealloca(
+        &[(&c.counted, f), (&c.freed, f - 1)],
+        &[(&c.freed, f)],
+        &tmp,
+    )
+}
+
 fn run_fenceline(seconds: f64, images: &[Vec<u8>], trace: Option<&str>) -> Result<Figures, Error> {
     let device = Device::cpu_with(CpuConfig {
         workers: 0,
@@ -214,9 +268,8 @@ fn run_fenceline(seconds: f64, images: &[Vec<u8>], trace: Option<&str>) -> Resul
         },
     )?;
     statistics.end()?;
-    // `alloc` orders the allocas, `blurred` and `counted` the dispatches,
-    // `freed` the deallocas: a frame is done when its dealloca ran.
-    let [alloc, blurred, counted, freed] = [0; 4].map(Semaphore::new);
+    let chain = Chain::new();
+    let freed = &chain.freed;
     let mut host_stats = vec![0u32; STATS_BYTES / 4];
     let mut digests = Vec::with_capacity(1 << 20);
     let mut started = [Instant::now(); RING];
@@ -242,20 +295,14 @@ fn run_fenceline(seconds: f64, images: &[Vec<u8>], trace: Option<&str>) -> Resul
         started[at] = Instant::now();
         let source = &sources[at];
         source.write(0, &images[(f % IMAGES) as usize])?;
-        let tmp = q0.alloca(&[(&alloc, f - 1)], &[(&alloc, f)], IMAGE_BYTES)?;
-        q1.execute_with(
-            &[(&alloc, f), (&blurred, f - 1)],
-            &[(&blurred, f)],
-            &[&blur],
-            &[source, &tmp],
+        submit_frame(
+            f,
+            [&q0, &q1],
+            &chain,
+            [&blur, &statistics],
+            source,
+            &stats[at],
         )?;
-        q0.execute_with(
-            &[(&blurred, f), (&counted, f - 1)],
-            &[(&counted, f)],
-            &[&statistics],
-            &[&tmp, &stats[at]],
-        )?;
-        q0.dealloca(&[(&counted, f), (&freed, f - 1)], &[(&freed, f)], &tmp)?;
         if f >= IN_FLIGHT {
             collect(f + 1 - IN_FLIGHT, &started, &mut measure)?;
         }

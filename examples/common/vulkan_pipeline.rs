@@ -21,12 +21,12 @@
 
 use std::time::{Duration, Instant};
 
-use fenceline::{
-    bytemuck, Device, Error, ErrorKind, Semaphore, SpirvBinding, SpirvKernel, VulkanConfig,
-};
+use fenceline::{bytemuck, Device, Error, ErrorKind, SpirvBinding, SpirvKernel, VulkanConfig};
 
 use super::image::{fold_digest, IMAGE_BYTES, STATS_BYTES, TILES};
-use super::{allocations, Figures, Measure, IMAGES, IN_FLIGHT, RING, WARMUP_FRAMES};
+use super::{
+    allocations, submit_frame, Chain, Figures, Measure, IMAGES, IN_FLIGHT, RING, WARMUP_FRAMES,
+};
 
 /// WGSL to SPIR-V with naga, as the Vulkan tests compile their kernels.
 #[path = "../../tests/common/vulkan.rs"]
@@ -202,9 +202,8 @@ fn frames(
     let mut statistics = device.command_buffer()?;
     statistics.dispatch_spirv(&load(device, &spirv.stats)?, [TILES, 1, 1], &slots, &[])?;
     statistics.end()?;
-    // `alloc` orders the allocas, `blurred` and `counted` the dispatches,
-    // `freed` the deallocas: a frame is done when its dealloca ran.
-    let [alloc, blurred, counted, freed] = [0; 4].map(Semaphore::new);
+    let chain = Chain::new();
+    let freed = &chain.freed;
     let mut host_stats = vec![0u32; STATS_BYTES / 4];
     let mut digests = Vec::with_capacity(1 << 20);
     let mut started = [Instant::now(); RING];
@@ -234,20 +233,14 @@ fn frames(
         started[at] = Instant::now();
         let source = &sources[at];
         source.write(0, &images[(f % IMAGES) as usize])?;
-        let tmp = q0.alloca(&[(&alloc, f - 1)], &[(&alloc, f)], IMAGE_BYTES)?;
-        q1.execute_with(
-            &[(&alloc, f), (&blurred, f - 1)],
-            &[(&blurred, f)],
-            &[&blur],
-            &[source, &tmp],
+        submit_frame(
+            f,
+            [&q0, &q1],
+            &chain,
+            [&blur, &statistics],
+            source,
+            &stats[at],
         )?;
-        q0.execute_with(
-            &[(&blurred, f), (&counted, f - 1)],
-            &[(&counted, f)],
-            &[&statistics],
-            &[&tmp, &stats[at]],
-        )?;
-        q0.dealloca(&[(&counted, f), (&freed, f - 1)], &[(&freed, f)], &tmp)?;
         if f >= IN_FLIGHT {
             collect(f + 1 - IN_FLIGHT, &started, &mut measure)?;
         }
