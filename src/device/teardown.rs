@@ -21,6 +21,40 @@ use crate::sync::{Arc, Mutex, MutexGuard};
 use crate::semaphore::{Semaphore, Timeout};
 use crate::task::Executor;
 
+/// A threaded device's queues, their teardown and its issuer thread.
+#[cfg(any(feature = "cuda", feature = "vulkan"))]
+pub(crate) type Threaded<B> = (
+    Vec<crate::queue::PendingQueue<B>>,
+    Arc<Teardown>,
+    crate::queue::issuer::IssuerThread,
+);
+
+/// The queues of a device that an issuer thread serves (CUDA, Vulkan):
+/// starts the thread (`name`), makes queue `i`'s backend with
+/// `make(i, issuer, token)`, and returns the queues, their teardown and
+/// the thread (which exits once the last queue is freed: the queues hold
+/// its only handles).
+#[cfg(any(feature = "cuda", feature = "vulkan"))]
+pub(crate) fn start_threaded<B: crate::queue::Backend>(
+    name: &str,
+    count: usize,
+    mut make: impl FnMut(usize, crate::queue::issuer::Issuer, QueueToken) -> Result<B, crate::Error>,
+) -> Result<Threaded<B>, crate::Error> {
+    let (thread, issuer) = crate::queue::issuer::IssuerThread::start(
+        name,
+        count,
+        crate::queue::IssueTurn::<B>::run_raw,
+    )?;
+    let teardown = Teardown::new(count);
+    let queues = (0..count)
+        .map(|i| {
+            let backend = make(i, issuer.clone(), Teardown::token(&teardown))?;
+            crate::queue::PendingQueue::new(backend)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((queues, teardown, thread))
+}
+
 /// The drop of a device whose queues an issuer thread and per-queue
 /// completion threads serve (CUDA, Vulkan): frees the queues, and waits
 /// for their work to drain unless called from inside it (`inside`: an

@@ -241,9 +241,7 @@ impl Backend for CudaBackend {
         if !self.device_waits {
             return None;
         }
-        let (_, event) = semaphore.device_signal_reaching(value)?;
-        self.shared.events.event_of(&event)?;
-        Some(event)
+        semaphore.device_signal_in(value, &self.shared.events)
     }
 }
 

@@ -38,10 +38,10 @@ pub use kernel::{Kernel, KernelArg};
 
 pub(crate) use backend::{CudaBackend, CudaPayload};
 
-use super::teardown::Teardown;
+use super::teardown::{start_threaded, Teardown};
 use crate::error::{Error, ErrorKind};
 use crate::queue::issuer::IssuerThread;
-use crate::queue::{IssueTurn, PendingQueue};
+use crate::queue::PendingQueue;
 use crate::semaphore::EventPool;
 use crate::task::priority as priorities;
 use crate::task::Priority;
@@ -135,29 +135,14 @@ impl CudaDevice {
             handles: Arc::new(HandlePool::new()?),
         });
         let range = StreamPriorities::of(&shared.ctx)?;
-        let (thread, issuer) = IssuerThread::start(
+        let (queues, teardown, thread) = start_threaded(
             "fenceline-cuda-issuer",
             config.queues,
-            IssueTurn::<CudaBackend>::run_raw,
+            |i, issuer, token| {
+                let priority = priorities::of_queue(priorities, i);
+                CudaBackend::new(&shared, &config, i, priority, range, issuer, token)
+            },
         )?;
-        let teardown = Teardown::new(config.queues);
-        let queues = (0..config.queues)
-            .map(|i| {
-                let backend = CudaBackend::new(
-                    &shared,
-                    &config,
-                    i,
-                    priorities::of_queue(priorities, i),
-                    range,
-                    issuer.clone(),
-                    Teardown::token(&teardown),
-                )?;
-                PendingQueue::new(backend)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        // The queues hold the only handles now: the thread exits once
-        // they are all freed.
-        drop(issuer);
         Ok(CudaDevice {
             queues,
             shared,

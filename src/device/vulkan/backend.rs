@@ -384,8 +384,6 @@ impl Backend for VulkanBackend {
         if !self.device_waits {
             return None;
         }
-        let (_, event) = semaphore.device_signal_reaching(value)?;
-        self.shared.points.event_of(&event)?;
-        Some(event)
+        semaphore.device_signal_in(value, &self.shared.points)
     }
 }

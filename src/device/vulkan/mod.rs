@@ -43,10 +43,10 @@ pub use kernel::{SpirvBinding, SpirvKernel};
 
 pub(crate) use backend::{VulkanBackend, VulkanPayload};
 
-use super::teardown::Teardown;
+use super::teardown::{start_threaded, Teardown};
 use crate::error::{Error, ErrorKind};
 use crate::queue::issuer::IssuerThread;
-use crate::queue::{IssueTurn, PendingQueue};
+use crate::queue::PendingQueue;
 use crate::task::priority as priorities;
 use crate::task::Priority;
 use driver::{Gpu, Instance, InstanceConfig};
@@ -135,28 +135,11 @@ impl VulkanDevice {
             .collect();
         let gpu = Arc::new(Gpu::new(&instance, index, &levels)?);
         let shared = Arc::new(VulkanShared::new(gpu, config.points)?);
-        let (thread, issuer) = IssuerThread::start(
-            "fenceline-vk-issuer",
-            config.queues,
-            IssueTurn::<VulkanBackend>::run_raw,
-        )?;
-        let teardown = Teardown::new(config.queues);
-        let queues = (0..config.queues)
-            .map(|i| {
-                let backend = VulkanBackend::new(
-                    &shared,
-                    i,
-                    priorities::of_queue(priorities, i),
-                    config.device_waits,
-                    issuer.clone(),
-                    Teardown::token(&teardown),
-                )?;
-                PendingQueue::new(backend)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        // The queues hold the only handles now: the thread exits once
-        // they are all freed.
-        drop(issuer);
+        let (queues, teardown, thread) =
+            start_threaded("fenceline-vk-issuer", config.queues, |i, issuer, token| {
+                let priority = priorities::of_queue(priorities, i);
+                VulkanBackend::new(&shared, i, priority, config.device_waits, issuer, token)
+            })?;
         Ok(VulkanDevice {
             queues,
             shared,

@@ -102,6 +102,22 @@ impl Semaphore {
     }
 }
 
+#[cfg(any(feature = "cuda", feature = "vulkan"))]
+impl Semaphore {
+    /// The device-wait shortcut's lookup for a device whose events come
+    /// from `pool`: a recorded device signal reaching `value` whose event
+    /// is the pool's (one the device can wait on), with a new reference.
+    pub(crate) fn device_signal_in<E: Send + Sync + 'static>(
+        &self,
+        value: u64,
+        pool: &crate::semaphore::EventPool<E>,
+    ) -> Option<AnyEvent> {
+        let (_, event) = self.device_signal_reaching(value)?;
+        pool.event_of(&event)?;
+        Some(event)
+    }
+}
+
 impl Inner {
     pub(super) fn lock_device(&self) -> MutexGuard<'_, DeviceSignals> {
         // A panic cannot happen while the lock is held (no user code runs
