@@ -37,9 +37,14 @@ impl Point {
         self.semaphore
             .store(timeline.raw.as_raw(), Ordering::Relaxed);
         self.value.store(value, Ordering::Relaxed);
+        // Relaxed: the point is its acquirer's alone here (see above).
+        if self.keep.load(Ordering::Relaxed).cast_const() == Arc::as_ptr(timeline) {
+            // Kept already (a pooled point goes back to the queues that
+            // used it): no reference to move.
+            return;
+        }
         let new = Arc::into_raw(timeline.clone()).cast_mut();
-        // Relaxed: the point is its acquirer's alone here (see above); the
-        // swap only moves the reference.
+        // Relaxed: as above; the swap only moves the reference.
         let old = self.keep.swap(new, Ordering::Relaxed);
         release(old);
     }
